@@ -1,0 +1,143 @@
+"""Conversations and their user-visible messages."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+
+from backend.api.deps import CurrentUser, Db
+from backend.models import Conversation, Message
+from backend.schemas.conversations import (
+    AttachmentSummary,
+    ConversationCreate,
+    ConversationOut,
+    ConversationPage,
+    ConversationUpdate,
+    ForkedFrom,
+    ForkRequest,
+    MessageOut,
+    MessagePage,
+)
+from backend.services import conversations
+
+router = APIRouter(prefix="/api/conversations", tags=["conversations"])
+MAX_PAGE = 200
+
+
+def conversation_out(conversation: Conversation, running_turn_id: int | None = None) -> ConversationOut:
+    forked = None
+    if (
+        conversation.forked_from_conversation_id is not None
+        and conversation.forked_from_message_id is not None
+    ):
+        forked = ForkedFrom(
+            conversation_id=conversation.forked_from_conversation_id,
+            message_id=conversation.forked_from_message_id,
+        )
+    return ConversationOut(
+        id=conversation.id,
+        title=conversation.title,
+        model_profile=conversation.model_profile,
+        created_at=conversation.created_at,
+        updated_at=conversation.updated_at,
+        forked_from=forked,
+        running_turn_id=running_turn_id,
+    )
+
+
+def message_out(message: Message, attachments: list[AttachmentSummary] | None = None) -> MessageOut:
+    return MessageOut(
+        conversation_id=message.conversation_id,
+        message_id=message.message_id,
+        role=message.role,
+        status=message.status,
+        content=message.content,
+        result=conversations.user_visible_result(message.result),
+        attachments=attachments or [],
+        created_at=message.created_at,
+        updated_at=message.updated_at,
+    )
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ConversationOut)
+async def create_conversation(body: ConversationCreate, user: CurrentUser, db: Db) -> ConversationOut:
+    return conversation_out(await conversations.create(db, user, body.title, body.model_profile))
+
+
+@router.get("", response_model=ConversationPage)
+async def list_conversations(
+    user: CurrentUser,
+    db: Db,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    q: Annotated[str | None, Query(max_length=200)] = None,
+) -> ConversationPage:
+    rows, next_cursor = await conversations.list_page(db, user, limit, cursor, q)
+    running = await conversations.running_turns(db, [row.id for row in rows])
+    return ConversationPage(
+        items=[conversation_out(row, running.get(row.id)) for row in rows], next_cursor=next_cursor
+    )
+
+
+@router.get("/{conversation_id}", response_model=ConversationOut)
+async def get_conversation(conversation_id: int, user: CurrentUser, db: Db) -> ConversationOut:
+    conversation = await conversations.get_owned(db, user, conversation_id)
+    running = await conversations.running_turns(db, [conversation.id])
+    return conversation_out(conversation, running.get(conversation.id))
+
+
+@router.patch("/{conversation_id}", response_model=ConversationOut)
+async def update_conversation(
+    conversation_id: int, body: ConversationUpdate, user: CurrentUser, db: Db
+) -> ConversationOut:
+    conversation = await conversations.get_owned(db, user, conversation_id)
+    if body.title is not None:
+        conversation.title = body.title
+    if "model_profile" in body.model_fields_set:
+        conversation.model_profile = body.model_profile
+    return conversation_out(conversation)
+
+
+@router.delete("/{conversation_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_conversation(conversation_id: int, user: CurrentUser, db: Db) -> None:
+    await conversations.soft_delete(db, await conversations.get_owned(db, user, conversation_id))
+
+
+@router.post("/{conversation_id}/fork", status_code=status.HTTP_201_CREATED, response_model=ConversationOut)
+async def fork_conversation(
+    conversation_id: int, body: ForkRequest, user: CurrentUser, db: Db
+) -> ConversationOut:
+    conversation = await conversations.get_owned(db, user, conversation_id)
+    return conversation_out(await conversations.fork(db, user, conversation, body.message_id, body.title))
+
+
+@router.get("/{conversation_id}/messages", response_model=MessagePage)
+async def list_messages(
+    conversation_id: int,
+    user: CurrentUser,
+    db: Db,
+    before_message_id: Annotated[int | None, Query(ge=1)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+) -> MessagePage:
+    conversation = await conversations.get_owned(db, user, conversation_id)
+    levels = await conversations.lineage(db, conversation)
+    rows, has_more = await conversations.visible_messages(db, levels, before_message_id, limit)
+    files = await conversations.attachments_by_message(db, [row.id for row in rows])
+    items = [
+        message_out(
+            row,
+            [
+                AttachmentSummary(
+                    id=a.id,
+                    filename=a.filename,
+                    mime_type=a.mime_type,
+                    size_bytes=a.size_bytes,
+                    status=a.status,
+                )
+                for a in files.get(row.id, [])
+            ],
+        )
+        for row in rows
+    ]
+    return MessagePage(items=items, has_more=has_more)

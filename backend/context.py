@@ -1,0 +1,16 @@
+"""The application context: long-lived objects shared by routes and services of one process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from backend.settings import Settings
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]

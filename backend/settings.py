@@ -1,0 +1,79 @@
+"""All service settings in one place, read from the environment (and an optional `.env`).
+
+The names of SPEC 8 are the public contract; everything else has a `CHAT_SHELL_` prefix.
+`chat_shell` itself takes explicit config objects; the backend builds them from these settings.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CHAT_SHELL_", env_file=".env", extra="ignore")
+
+    # Storage
+    data_dir: Path = Path("data")
+    database_url: str | None = None
+    redis_url: str | None = None
+
+    # Model provider. With an API key or base URL set, that provider is used instead of the local model.
+    openai_base_url: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
+    openai_api_key: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_API_KEY"))
+    model: str | None = None
+    context_window: int | None = Field(default=None, gt=0)
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    local_model: Literal["auto", "off"] = "auto"
+    provider_timeout_seconds: float = Field(default=120.0, gt=0)
+    summary_timeout_seconds: float = Field(default=120.0, gt=0)
+
+    # Where chat_shell runs: in this process, or as its own service reached over HTTP.
+    runtime_mode: Literal["package", "service"] = "package"
+    service_url: str = "http://127.0.0.1:8100"
+    service_token: str | None = None
+    backend_url: str = "http://127.0.0.1:8000"
+
+    # Accounts and HTTP
+    session_days: int = Field(default=14, gt=0)
+    cookie_secure: bool = False
+    allow_registration: bool = True
+    max_request_bytes: int = Field(default=1_000_000, gt=0)
+
+    # Attachments
+    max_upload_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    max_extracted_chars: int = Field(default=20_000_000, gt=0)
+
+    # Turns
+    tool_call_limit: int = Field(default=30, gt=0)
+    event_log_retention_days: int = Field(default=7, ge=0)
+
+    # Operators
+    telemetry_enabled: bool = True
+    metrics_token: str | None = None
+    log_json: bool = False
+    log_level: str = "INFO"
+
+    @field_validator("openai_base_url", "openai_api_key", "redis_url", "model", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'chat_shell.db').resolve()}"
+
+    @property
+    def uses_remote_provider(self) -> bool:
+        return bool(self.openai_api_key or self.openai_base_url)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,351 @@
+"""The data contracts between `chat_shell` and its caller (the backend), in both placements.
+
+Package mode passes these objects in-process; service mode sends the same models as JSON
+(`POST /v1/response` body, SSE event data). Nothing outside these models crosses the boundary.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# ---------------------------------------------------------------------------
+# Model-visible history (SPEC 2): the `messages_chain` entries and the history view.
+# ---------------------------------------------------------------------------
+
+
+class TokenCount(BaseModel):
+    """A cached token count of one message, valid while encoding and content hash match."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    encoding: str
+    content_hash: str
+    tokens: int
+
+
+class ChainMetadata(BaseModel):
+    """The whitelist of markers that travel with a chain entry, over HTTP as well as in-process.
+
+    Code recognizes summaries, retained clones and compact tool outputs by these fields only,
+    never by message text.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    summary_compacted: bool | None = None
+    summary_version: int | None = None
+    checkpoint_retained: bool | None = None
+    compacted: bool | None = None
+    token_count: TokenCount | None = None
+    # Calibration sample of the request that produced this assistant message (SPEC 4).
+    local_input_tokens: int | None = None
+    provider_input_tokens: int | None = None
+    profile: str | None = None
+    # Where a history entry came from in the user-visible record (message_id in its conversation).
+    source_conversation_id: int | None = None
+    source_message_id: int | None = None
+    source_status: str | None = None
+    attachment_ids: list[int] | None = None
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ChainMessage(BaseModel):
+    """One LangChain-style message dict of the model-visible history."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] = ""
+    id: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+    metadata: ChainMetadata = Field(default_factory=ChainMetadata)
+
+
+# ---------------------------------------------------------------------------
+# Turn request
+# ---------------------------------------------------------------------------
+
+
+class AttachmentRef(BaseModel):
+    """What chat_shell knows about an attachment without reading its text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: int
+    filename: str
+    mime_type: str
+    size_bytes: int
+    status: Literal["uploading", "ready", "failed"]
+    extracted_chars: int = 0
+    truncated_at_parse: bool = False
+    note: str | None = None
+
+
+class UserInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    message_id: int
+    content: str
+    attachments: list[AttachmentRef] = Field(default_factory=list)
+
+
+class TurnRequest(BaseModel):
+    """Everything one turn needs. `history` is the resolved model-visible history (SPEC 6.2);
+    when it is None, chat_shell loads it itself through its history loader (service mode)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conversation_id: int
+    owner_id: int
+    turn_id: int
+    assistant_message_id: int
+    user: UserInput
+    history: list[ChainMessage] | None = None
+    model: str | None = None
+    system_prompt: str | None = None
+
+
+# ---------------------------------------------------------------------------
+# Context metrics and compaction records (SPEC 5.3, 5.7)
+# ---------------------------------------------------------------------------
+
+ContextState = Literal["normal", "warning", "compacting", "compacted", "refused"]
+BREAKDOWN_SOURCES = (
+    "system",
+    "tool_schemas",
+    "history",
+    "tool_outputs",
+    "attachments",
+    "summary",
+    "current_input",
+)
+
+
+class CompactionRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: Literal["summary_compact", "emergency_truncate", "tail_drop"] = "summary_compact"
+    status: Literal["started", "in_progress", "completed", "fallback"]
+    before_tokens: int | None = None
+    after_tokens: int | None = None
+    trigger: int | None = None
+    keep: int | None = None
+    removed_items: int | None = None
+    duration_ms: float | None = None
+    failure_reason: str | None = None
+    created_at: datetime
+    summary_text: str | None = None
+    checkpoint_message_id: int | None = None
+    retention_score: float | None = None
+    chunks: int | None = None
+
+
+class ContextMetrics(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    phase: str
+    profile: str
+    profile_source: Literal["builtin", "configured", "default"]
+    context_window: int
+    reserved_output: int
+    available_input: int
+    used_input: int
+    remaining: int
+    remaining_percent: float
+    trigger: int
+    keep: int
+    over_trigger: bool
+    state: ContextState
+    breakdown: dict[str, int]
+    estimate_source: Literal["configured", "calibrated", "reported"] = "configured"
+    calibration: dict[str, Any] = Field(default_factory=dict)
+    latest_compaction: CompactionRecord | None = None
+
+
+# ---------------------------------------------------------------------------
+# Turn result and events
+# ---------------------------------------------------------------------------
+
+
+class TextBlock(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolBlock(BaseModel):
+    """A tool call as the user saw it: full raw output, never the compact model form."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["tool"] = "tool"
+    call_id: str
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    output: str | None = None
+    status: Literal["running", "completed", "error"] = "running"
+    truncated_for_model: bool = False
+
+
+Block = Annotated[TextBlock | ToolBlock, Field(discriminator="type")]
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model_calls: int = 0
+    provider_reported: bool = True
+
+
+TerminationReason = Literal[
+    "normal_completion",
+    "completed_with_unexecuted_tool_calls",
+    "tool_limit_recovery",
+    "truncation_retry_exhausted",
+    "context_refused",
+    "provider_error",
+    "cancelled",
+]
+
+
+class TurnResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    value: str = ""
+    blocks: list[Block] = Field(default_factory=list)
+    messages_chain: list[ChainMessage] = Field(default_factory=list)
+    context_metrics: ContextMetrics | None = None
+    context_compactions: list[CompactionRecord] = Field(default_factory=list)
+    termination_reason: TerminationReason
+    usage: Usage = Field(default_factory=Usage)
+    ttft_ms: float | None = None
+    overflow_errors: int = 0
+
+
+class TurnStarted(BaseModel):
+    type: Literal["turn.started"] = "turn.started"
+    model: str
+    profile: str
+
+
+class MessageDelta(BaseModel):
+    type: Literal["message.delta"] = "message.delta"
+    text: str
+
+
+class ToolStarted(BaseModel):
+    type: Literal["tool.started"] = "tool.started"
+    call_id: str
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolCompleted(BaseModel):
+    type: Literal["tool.completed"] = "tool.completed"
+    call_id: str
+    name: str
+    output: str
+    is_error: bool = False
+    truncated_for_model: bool = False
+
+
+class ContextMetricsEvent(BaseModel):
+    type: Literal["context.metrics"] = "context.metrics"
+    snapshot: ContextMetrics
+
+
+class ContextCompactionEvent(BaseModel):
+    """A compaction status. On `completed` it carries the checkpoint chain so the caller can
+    persist it at once (SPEC 5.5, beyond the reference design)."""
+
+    type: Literal["context.compaction"] = "context.compaction"
+    record: CompactionRecord
+    checkpoint_chain: list[ChainMessage] | None = None
+
+
+class TurnCompleted(BaseModel):
+    type: Literal["turn.completed"] = "turn.completed"
+    result: TurnResult
+
+
+class TurnFailed(BaseModel):
+    type: Literal["turn.failed"] = "turn.failed"
+    code: str
+    message: str
+    partial: str = ""
+    result: TurnResult
+
+
+class TurnCancelled(BaseModel):
+    type: Literal["turn.cancelled"] = "turn.cancelled"
+    partial: str = ""
+    result: TurnResult
+
+
+TurnEvent = Annotated[
+    TurnStarted
+    | MessageDelta
+    | ToolStarted
+    | ToolCompleted
+    | ContextMetricsEvent
+    | ContextCompactionEvent
+    | TurnCompleted
+    | TurnFailed
+    | TurnCancelled,
+    Field(discriminator="type"),
+]
+TERMINAL_EVENT_TYPES = frozenset({"turn.completed", "turn.failed", "turn.cancelled"})
+
+
+# ---------------------------------------------------------------------------
+# What chat_shell asks of its host
+# ---------------------------------------------------------------------------
+
+
+class AttachmentPage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attachment_id: int
+    offset: int
+    text: str
+    next_offset: int
+    total_chars: int
+    has_more: bool
+    truncated_at_parse: bool = False
+
+
+class HistoryLoader(Protocol):
+    """Loads the model-visible history of a conversation (SPEC 6.2), newest checkpoint first."""
+
+    async def load(self, conversation_id: int, before_message_id: int) -> list[ChainMessage]: ...
+
+
+class AttachmentReader(Protocol):
+    """Reads extracted attachment text for the preview stage and the `read_attachment` tool.
+
+    Implementations enforce ownership: an id the conversation's owner cannot see raises
+    `LookupError`.
+    """
+
+    async def describe(self, conversation_id: int, attachment_id: int) -> AttachmentRef: ...
+
+    async def read(
+        self, conversation_id: int, attachment_id: int, offset: int, limit_chars: int
+    ) -> AttachmentPage: ...
+
+    async def tail(self, conversation_id: int, attachment_id: int, chars: int) -> str: ...

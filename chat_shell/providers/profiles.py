@@ -1,0 +1,108 @@
+"""Model profiles: what a model's window is, how to count its tokens, and per-model guard knobs.
+
+Resolution (SPEC 4): an exact id first, then the longest matching prefix in the built-in table
+(never a shorter family's window), else a conservative default that metrics label `default`.
+Configuration (environment or explicit overrides) is applied on top and labelled `configured`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+ProfileSource = Literal["builtin", "configured", "default"]
+# Encodings available offline. `estimate` uses the CJK-aware character estimate.
+Counter = Literal["cl100k_base", "estimate"]
+
+LOCAL_MODEL_NAME = "smollm2-135m-instruct"
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    name: str
+    context_window: int
+    max_output_tokens: int
+    counter: Counter = "cl100k_base"
+    cjk_chars_per_token: float = 1.7
+    other_chars_per_token: float = 4.0
+    input_price_per_mtok: float | None = None
+    output_price_per_mtok: float | None = None
+    source: ProfileSource = "builtin"
+    # Whether the provider reports usage on streamed responses (calibration falls back to
+    # local counts when it does not, and metrics say so).
+    streams_usage: bool = True
+    # Guard overrides; None means "derive from the window" (see compression.budget).
+    trigger_tokens: int | None = None
+    keep_tokens: int | None = None
+    trim_tokens_to_summarize: int | None = None
+    overhead_tokens: int | None = None
+    summary_max_tokens: int | None = None
+    tool_output_tokens: int | None = None
+    tool_output_overrides: dict[str, int] = field(default_factory=dict)
+    attachment_preview_tokens: int | None = None
+    compaction_enabled: bool = True
+
+
+_BUILTIN: dict[str, ModelProfile] = {
+    p.name: p
+    for p in (
+        ModelProfile("gpt-4o", 128_000, 16_384, input_price_per_mtok=2.5, output_price_per_mtok=10.0),
+        ModelProfile("gpt-4o-mini", 128_000, 16_384, input_price_per_mtok=0.15, output_price_per_mtok=0.6),
+        ModelProfile("gpt-4.1", 1_047_576, 32_768, input_price_per_mtok=2.0, output_price_per_mtok=8.0),
+        ModelProfile("gpt-4.1-mini", 1_047_576, 32_768, input_price_per_mtok=0.4, output_price_per_mtok=1.6),
+        ModelProfile("gpt-4.1-nano", 1_047_576, 32_768, input_price_per_mtok=0.1, output_price_per_mtok=0.4),
+        ModelProfile("gpt-4-turbo", 128_000, 4_096),
+        ModelProfile("gpt-4", 8_192, 4_096),
+        ModelProfile("gpt-3.5-turbo", 16_385, 4_096),
+        ModelProfile("gpt-5", 400_000, 128_000),
+        ModelProfile("o1", 200_000, 100_000),
+        ModelProfile("o1-mini", 128_000, 65_536),
+        ModelProfile("o3", 200_000, 100_000),
+        ModelProfile("o3-mini", 200_000, 100_000),
+        ModelProfile("o4-mini", 200_000, 100_000),
+        ModelProfile("claude-3-5-sonnet", 200_000, 8_192, counter="estimate"),
+        ModelProfile("claude-3-5-haiku", 200_000, 8_192, counter="estimate"),
+        ModelProfile("claude-sonnet-4", 200_000, 64_000, counter="estimate"),
+        ModelProfile("claude-opus-4", 200_000, 32_000, counter="estimate"),
+        ModelProfile("gemini-1.5-pro", 2_097_152, 8_192, counter="estimate"),
+        ModelProfile("gemini-1.5-flash", 1_048_576, 8_192, counter="estimate"),
+        ModelProfile("gemini-2.0-flash", 1_048_576, 8_192, counter="estimate"),
+        ModelProfile("gemini-2.5-pro", 1_048_576, 65_536, counter="estimate"),
+        ModelProfile("deepseek-chat", 128_000, 8_192, counter="estimate", cjk_chars_per_token=1.7),
+        ModelProfile("qwen", 131_072, 8_192, counter="estimate", cjk_chars_per_token=1.5),
+        # The embedded local model (SmolLM2-135M served by llama.cpp with n_ctx 4096). The
+        # server does not stream usage, so calibration relies on local counts.
+        ModelProfile(LOCAL_MODEL_NAME, 4_096, 512, counter="estimate", streams_usage=False),
+    )
+}
+
+DEFAULT_PROFILE = ModelProfile("default", 128_000, 4_096, source="default")
+
+
+def builtin_profiles() -> dict[str, ModelProfile]:
+    return dict(_BUILTIN)
+
+
+def resolve_profile(
+    model: str,
+    *,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
+    table: dict[str, ModelProfile] | None = None,
+) -> ModelProfile:
+    """The profile for `model`: exact id, else longest prefix, else the labelled default."""
+    profiles = _BUILTIN if table is None else table
+    key = model.lower()
+    profile = profiles.get(key)
+    if profile is None:
+        prefixes = [name for name in profiles if key.startswith(name)]
+        profile = profiles[max(prefixes, key=len)] if prefixes else DEFAULT_PROFILE
+    profile = replace(profile, name=model)
+    if context_window is not None or max_output_tokens is not None:
+        profile = replace(
+            profile,
+            context_window=context_window or profile.context_window,
+            max_output_tokens=max_output_tokens or profile.max_output_tokens,
+            source="configured",
+        )
+    return profile

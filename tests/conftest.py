@@ -1,0 +1,109 @@
+"""Shared fixtures: real databases (SQLite and PostgreSQL), the app served over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+import pytest
+
+from backend.app import create_app
+from backend.settings import Settings
+from tests.support import databases
+from tests.support.api import new_user
+from tests.support.servers import serve
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(ROOT / ".cache" / "tiktoken"))
+ON_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+DEEP = os.environ.get("CHAT_SHELL_DEEP", "") == "1"
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return databases.sqlite_template(tmp_path_factory.mktemp("sqlite-template"))
+
+
+def _off_loop(awaitable: Callable[[], Coroutine[object, object, T]]) -> T:
+    """Run database admin work on its own loop in a worker thread, away from the tests' loops."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, awaitable()).result()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for the session; on CI a missing server fails, elsewhere skips."""
+    if not _off_loop(databases.postgres_available):
+        if ON_CI:
+            pytest.fail(
+                f"PostgreSQL is required on CI and is not reachable at {databases.POSTGRES_ADMIN_URL}"
+            )
+        pytest.skip("PostgreSQL is not reachable")
+    url = _off_loop(databases.create_postgres_database)
+    databases.migrate(url)
+    yield url
+    _off_loop(lambda: databases.drop_postgres_database(url))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, sqlite_template: Path, tmp_path: Path) -> str:
+    """Each test that asks for it runs once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        return databases.sqlite_copy(sqlite_template, tmp_path)
+    url: str = request.getfixturevalue("postgres_url")
+    _off_loop(lambda: databases.truncate_all(url))
+    return url
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    """For tests whose subject is not the database (one backend is enough)."""
+    return databases.sqlite_copy(sqlite_template, tmp_path)
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path) -> Callable[..., Settings]:
+    def factory(database_url: str, **overrides: object) -> Settings:
+        values: dict[str, object] = {
+            "data_dir": tmp_path / "data",
+            "database_url": database_url,
+            "local_model": "off",
+            "telemetry_enabled": False,
+        }
+        values.update(overrides)
+        return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+    return factory
+
+
+@pytest.fixture
+async def server(database_url: str, make_settings: Callable[..., Settings]) -> AsyncIterator[str]:
+    """The backend on a real loopback port, on each database backend."""
+    async with serve(create_app(make_settings(database_url))) as base_url:
+        yield base_url
+
+
+@pytest.fixture
+async def alice(server: str) -> AsyncIterator[httpx.AsyncClient]:
+    client = await new_user(server, "alice")
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def bob(server: str) -> AsyncIterator[httpx.AsyncClient]:
+    client = await new_user(server, "bob")
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def anonymous(server: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=server, timeout=30) as client:
+        yield client

@@ -1,0 +1,77 @@
+"""Real test databases: a migrated SQLite file per test, and a PostgreSQL database per session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import asyncpg
+from alembic import command
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from backend.db import alembic_config, create_engine
+from backend.models import Base
+
+POSTGRES_ADMIN_URL = os.environ.get(
+    "CHAT_SHELL_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def migrate(url: str) -> None:
+    command.upgrade(alembic_config(url), "head")
+
+
+def sqlite_template(directory: Path) -> Path:
+    path = directory / "template.db"
+    migrate(f"sqlite+aiosqlite:///{path}")
+    return path
+
+
+def sqlite_copy(template: Path, directory: Path) -> str:
+    path = directory / f"{uuid.uuid4().hex}.db"
+    shutil.copyfile(template, path)
+    return f"sqlite+aiosqlite:///{path}"
+
+
+def _asyncpg_dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def postgres_available() -> bool:
+    try:
+        connection = await asyncpg.connect(_asyncpg_dsn(POSTGRES_ADMIN_URL), timeout=5)
+    except (OSError, asyncpg.PostgresError):
+        return False
+    await connection.close()
+    return True
+
+
+async def create_postgres_database() -> str:
+    name = f"chat_shell_test_{uuid.uuid4().hex[:12]}"
+    connection = await asyncpg.connect(_asyncpg_dsn(POSTGRES_ADMIN_URL))
+    try:
+        await connection.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await connection.close()
+    return make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+
+async def drop_postgres_database(url: str) -> None:
+    name = make_url(url).database
+    connection = await asyncpg.connect(_asyncpg_dsn(POSTGRES_ADMIN_URL))
+    try:
+        await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await connection.close()
+
+
+async def truncate_all(url: str) -> None:
+    """Empty every table (and restart ids) so each test starts from a clean, migrated schema."""
+    engine = create_engine(url)
+    tables = ", ".join(f'"{table.name}"' for table in Base.metadata.sorted_tables)
+    async with engine.begin() as connection:
+        await connection.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+    await engine.dispose()
