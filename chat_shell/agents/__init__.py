@@ -1,0 +1,1 @@
+"""Agent assembly and turn execution: the graph, the request-local checkpointer, the finalizer."""

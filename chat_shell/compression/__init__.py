@@ -1,0 +1,1 @@
+"""Token accounting, budgets, calibration and summary compaction."""

@@ -1,0 +1,1 @@
+"""UnifiedContextGuard: the pre-model hook that keeps every model request within budget."""

@@ -1,0 +1,1 @@
+"""Loading the model-visible history (package mode in-process, service mode over HTTP)."""

@@ -1,0 +1,1 @@
+"""Message shapes: chain entries, LangChain messages, markers, attachment previews."""

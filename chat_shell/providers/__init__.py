@@ -1,0 +1,1 @@
+"""Model providers: profiles, the OpenAI-compatible client, error classification."""

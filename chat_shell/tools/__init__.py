@@ -1,0 +1,1 @@
+"""Built-in tools (OpenAI-style function tools)."""
