@@ -1,0 +1,73 @@
+"""The contract between the turn runtime and the context guard.
+
+The runtime builds one guard per turn attempt through a `GuardFactory` and installs it as the
+first hook of `pre_model_hook` (SPEC 5.1). The guard owns every decision about what the model
+sees; the runtime owns the graph, streaming, retries and the finalizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from langchain_core.messages import BaseMessage
+
+from chat_shell.contracts import AttachmentReader, CompactionRecord, ContextMetrics, TurnEvent
+from chat_shell.providers.profiles import ModelProfile
+
+# Events the guard emits (metrics, compaction status) go into the turn's ordered stream.
+EventSink = Callable[[TurnEvent], None]
+
+
+class ContextRefused(Exception):
+    """The request cannot fit the window even after every stage (SPEC 5.2.5).
+
+    Raised from the pre-model hook so the provider is never called; the runtime ends the turn
+    with `message` shown to the user and termination reason `context_refused`.
+    """
+
+    def __init__(self, message: str, *, needed_tokens: int, available_tokens: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.needed_tokens = needed_tokens
+        self.available_tokens = available_tokens
+
+
+@dataclass(frozen=True)
+class GuardContext:
+    profile: ModelProfile
+    conversation_id: int
+    turn_id: int
+    # OpenAI-style function schemas of the tools bound to the model: counted as input tokens.
+    tool_schemas: Sequence[dict[str, Any]]
+    emit: EventSink
+    # Ids of the messages the turn started with (the TurnContext's `original_input_ids`).
+    original_input_ids: frozenset[str] = field(default_factory=frozenset)
+    attachments: AttachmentReader | None = None
+    # Set by the overflow safety net: compact on the next hook call whatever the estimate says.
+    force_compaction: bool = False
+
+
+class TurnGuard(Protocol):
+    async def __call__(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The pre-model hook. Always returns `llm_input_messages`; may return `messages` updates
+        (same-id upserts, or RemoveMessage(REMOVE_ALL_MESSAGES) + summary + retained tail)."""
+        ...
+
+    def annotate_responses(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """The final state's messages with calibration samples recorded on each AIMessage the
+        guard saw requested (local tokens of the request as sent, provider input tokens)."""
+        ...
+
+    def final_metrics(self, messages: Sequence[BaseMessage]) -> ContextMetrics:
+        """The end-of-turn snapshot (phase `final`) over the authoritative final state."""
+        ...
+
+    @property
+    def compactions(self) -> list[CompactionRecord]:
+        """Every compaction attempt of this turn, in order (SPEC 5.3)."""
+        ...
+
+
+GuardFactory = Callable[[GuardContext], TurnGuard]
