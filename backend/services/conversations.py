@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.api.errors import ApiError, not_found
@@ -75,12 +75,8 @@ async def list_page(
         stmt = stmt.where(Conversation.title.ilike(f"%{_escape_like(query)}%", escape="\\"))
     if cursor:
         updated_at, ident = _decode_cursor(cursor)
-        stmt = stmt.where(
-            or_(
-                Conversation.updated_at < updated_at,
-                and_(Conversation.updated_at == updated_at, Conversation.id < ident),
-            )
-        )
+        # A row-value comparison lets both databases continue the index scan at the cursor.
+        stmt = stmt.where(tuple_(Conversation.updated_at, Conversation.id) < tuple_(updated_at, ident))
     rows = list(
         await db.scalars(
             stmt.order_by(Conversation.updated_at.desc(), Conversation.id.desc()).limit(limit + 1)

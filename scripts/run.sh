@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Runs the service on the embedded defaults: SQLite under ./data, migrated on start.
+# Set OPENAI_BASE_URL / OPENAI_API_KEY (or CHAT_SHELL_* variables, see README) to change them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export TIKTOKEN_CACHE_DIR="${TIKTOKEN_CACHE_DIR:-$PWD/.cache/tiktoken}"
+exec .venv/bin/chat-shell serve --migrate --host "${HOST:-127.0.0.1}" --port "${PORT:-8000}"
