@@ -9,9 +9,7 @@ import pytest
 
 from chat_shell.providers.openai import ProviderConfig
 from chat_shell.runtime import ChatShell, RuntimeConfig
-from tests.support.scripted_provider import ScriptedProvider, scripted_provider
-
-__all__ = ["scripted_provider"]
+from tests.support.scripted_provider import ScriptedProvider
 
 MakeShell = Callable[..., ChatShell]
 
