@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -14,6 +15,9 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from chat_shell.contracts import (
     ChainMessage,
     ChainMetadata,
+    CompactionRecord,
+    ContextCompactionEvent,
+    ContextMetricsEvent,
     ToolBlock,
     ToolCall,
     TurnCancelled,
@@ -563,3 +567,50 @@ async def test_a_request_without_history_or_loader_fails_clearly(shell: ChatShel
     request = make_request().model_copy(update={"history": None})
     terminal = _terminal(await collect(shell, request))
     assert isinstance(terminal, TurnFailed) and terminal.code == "history_unavailable"
+
+
+async def test_guard_events_arrive_in_order_and_compactions_reach_the_result(
+    scripted_provider: ScriptedProvider, make_shell: MakeShell
+) -> None:
+    record = CompactionRecord(
+        status="completed", before_tokens=900, after_tokens=300, created_at=datetime.now(UTC)
+    )
+
+    class ReportingGuard(PassthroughGuard):
+        def __init__(self, context: GuardContext) -> None:
+            super().__init__(context)
+            self.emit = context.emit
+            self.calls = 0
+
+        async def __call__(self, state: dict[str, Any]) -> dict[str, Any]:
+            self.calls += 1
+            self.emit(ContextMetricsEvent(snapshot=self.final_metrics(state["messages"])))
+            if self.calls == 2:
+                self.emit(ContextCompactionEvent(record=record))
+            return await super().__call__(state)
+
+        @property
+        def compactions(self) -> list[CompactionRecord]:
+            return [record] if self.calls >= 2 else []
+
+    shell = make_shell(guard_factory=ReportingGuard)
+    scripted_provider.script(tool_call("generate_report", {"rows": 1}, text="Looking."), text("Found it."))
+    events = await collect(shell, make_request())
+    types = [e.type for e in events]
+    assert types[:3] == ["turn.started", "context.metrics", "message.delta"]
+    second_call = types.index("context.metrics", 2)
+    assert types[second_call : second_call + 2] == ["context.metrics", "context.compaction"]
+    # The tool result is announced once this guard pass has decided how the model sees it.
+    assert types.index("tool.started") < second_call < types.index("tool.completed")
+    assert types.index("tool.completed") < types.index("message.delta", second_call)
+    assert _terminal(events).result.context_compactions == [record]
+
+
+async def test_concurrent_turns_do_not_mix(scripted_provider: ScriptedProvider, shell: ChatShell) -> None:
+    # The provider echoes each request's last user message (its default reply).
+    runs = await asyncio.gather(
+        *(collect(shell, make_request(turn, f"question number {turn}")) for turn in range(1, 7))
+    )
+    for turn, events in enumerate(runs, start=1):
+        assert _terminal(events).result.value == f"Echo: question number {turn}"
+        assert deltas(events) == f"Echo: question number {turn}"
