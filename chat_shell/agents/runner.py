@@ -187,7 +187,6 @@ class TurnExecution:
         ending: Ending | None = None
         failure = None
         refusal = None
-        messages: list[BaseMessage] = plan.seed
         try:
             ending = await self._run_graph(graph, plan.seed, config, context)
         except GraphRecursionError:

@@ -614,3 +614,51 @@ async def test_concurrent_turns_do_not_mix(scripted_provider: ScriptedProvider, 
     for turn, events in enumerate(runs, start=1):
         assert _terminal(events).result.value == f"Echo: question number {turn}"
         assert deltas(events) == f"Echo: question number {turn}"
+
+
+async def test_parallel_tool_calls_each_get_a_block_and_an_answer(
+    scripted_provider: ScriptedProvider, shell: ChatShell
+) -> None:
+    scripted_provider.script(
+        Reply(
+            tool_calls=[
+                ScriptedToolCall(id="call_1", name="generate_report", args={"rows": 1}),
+                ScriptedToolCall(id="call_2", name="generate_report", args={"rows": 2}),
+            ]
+        ),
+        text("both done"),
+    )
+    result = _terminal(await collect(shell, make_request())).result
+    assert [(b.call_id, b.status) for b in result.blocks if isinstance(b, ToolBlock)] == [
+        ("call_1", "completed"),
+        ("call_2", "completed"),
+    ]
+    assert sorted(
+        m["tool_call_id"] for m in scripted_provider.last_request["messages"] if m["role"] == "tool"
+    ) == [
+        "call_1",
+        "call_2",
+    ]
+
+
+async def test_usage_carries_the_providers_hidden_overhead(
+    scripted_provider: ScriptedProvider, shell: ChatShell
+) -> None:
+    scripted_provider.script(text("first"), text("second"))
+    plain = _terminal(await collect(shell, make_request(1, "same question"))).result.usage
+    scripted_provider.hidden_overhead = 1234
+    loaded = _terminal(await collect(shell, make_request(1, "same question"))).result.usage
+    assert loaded.input_tokens - plain.input_tokens == 1234
+
+
+async def test_each_attempt_logs_one_persistence_line(
+    scripted_provider: ScriptedProvider, shell: ChatShell, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="chat_shell.runtime")
+    scripted_provider.script(_truncated_call(), tool_call("generate_report", {"rows": 1}), text("ok"))
+    await collect(shell, make_request())
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[Persistence]")]
+    assert len(lines) == 2
+    assert "path=initial ending=truncated chain=0" in lines[0]
+    assert "path=truncation_retry ending=completed chain=3 summary=False tool_pairs=1" in lines[1]
+    assert all(line.endswith("checkpoints=1 deleted=True") for line in lines)
