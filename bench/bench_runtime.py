@@ -25,6 +25,7 @@ import statistics
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -197,6 +198,9 @@ async def main(quick: bool) -> None:
 
 
 if __name__ == "__main__":
+    os.environ.setdefault(
+        "TIKTOKEN_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".cache" / "tiktoken")
+    )
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a fast smoke run with fewer samples")
     asyncio.run(main(parser.parse_args().quick))

@@ -187,8 +187,13 @@ class TurnExecution:
         ending: Ending | None = None
         failure = None
         refusal = None
+        # How the persistence line names an attempt that ends without an outcome.
+        interrupted = "internal_error"
         try:
             ending = await self._run_graph(graph, plan.seed, config, context)
+        except asyncio.CancelledError:
+            interrupted = "abandoned"  # the caller stopped listening
+            raise
         except GraphRecursionError:
             ending = "step_limit"
         except ToolCallTruncated:
@@ -205,9 +210,7 @@ class TurnExecution:
                 "turn %s attempt %s: provider failure %s: %r", turn.turn_id, plan.number, failure.code, exc
             )
         finally:
-            messages, pending = await self._close_thread(
-                graph, config, plan, turn, ending or "internal_error"
-            )
+            messages, pending = await self._close_thread(graph, config, plan, turn, ending or interrupted)
         if ending == "step_limit" and not pending and not _ends_waiting_for_tools(messages):
             # LangGraph checks its step budget before it notices the graph has finished.
             ending = "completed"

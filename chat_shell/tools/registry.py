@@ -12,6 +12,8 @@ from typing import Any
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from chat_shell.tools.report import generate_report
+
 
 class ToolRegistry:
     def __init__(self, tools: Iterable[BaseTool] = ()) -> None:
@@ -46,6 +48,5 @@ def tool_error_message(error: Exception) -> str:
 
 
 def default_tools() -> ToolRegistry:
-    from chat_shell.tools.report import generate_report
-
+    """The built-in tools every runtime starts with."""
     return ToolRegistry([generate_report])

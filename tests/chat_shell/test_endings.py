@@ -662,3 +662,15 @@ async def test_each_attempt_logs_one_persistence_line(
     assert "path=initial ending=truncated chain=0" in lines[0]
     assert "path=truncation_retry ending=completed chain=3 summary=False tool_pairs=1" in lines[1]
     assert all(line.endswith("checkpoints=1 deleted=True") for line in lines)
+
+
+async def test_tool_calls_without_ids_still_get_answered(
+    scripted_provider: ScriptedProvider, shell: ChatShell
+) -> None:
+    scripted_provider.script(
+        Reply(tool_calls=[ScriptedToolCall(id="", name="generate_report", args={"rows": 1})]), text("ok")
+    )
+    result = _terminal(await collect(shell, make_request())).result
+    assistant, answer = scripted_provider.last_request["messages"][-2:]
+    assert assistant["tool_calls"][0]["id"] and answer["tool_call_id"] == assistant["tool_calls"][0]["id"]
+    assert result.termination_reason == "normal_completion" and result.blocks[0].status == "completed"

