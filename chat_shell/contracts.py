@@ -6,6 +6,8 @@ Package mode passes these objects in-process; service mode sends the same models
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Annotated, Any, Literal, Protocol
 
@@ -220,6 +222,8 @@ TerminationReason = Literal[
     "context_refused",
     "provider_error",
     "cancelled",
+    # A failure of chat_shell itself or of its host (history, service connection), not the model's.
+    "internal_error",
 ]
 
 
@@ -327,6 +331,16 @@ class AttachmentPage(BaseModel):
     total_chars: int
     has_more: bool
     truncated_at_parse: bool = False
+
+
+class TurnRunner(Protocol):
+    """What the backend drives: `ChatShell` in package mode, `RemoteChatShell` in service mode.
+
+    The events start with `turn.started` and end with exactly one terminal event; setting
+    `cancel` stops the turn, which then ends with `turn.cancelled` and the partial output.
+    """
+
+    def run(self, request: TurnRequest, cancel: asyncio.Event | None = None) -> AsyncIterator[TurnEvent]: ...
 
 
 class HistoryLoader(Protocol):

@@ -16,6 +16,7 @@ from backend.app import create_app
 from backend.settings import Settings
 from tests.support import databases
 from tests.support.api import new_user
+from tests.support.scripted_provider import scripted_provider  # noqa: F401  (fixture for every suite)
 from tests.support.servers import serve
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,0 +1,99 @@
+"""The turn runtime the backend drives, chosen by configuration (SPEC 6.4, 8).
+
+Package mode (default): `ChatShell` in this process. Service mode: `RemoteChatShell` talking to
+`settings.service_url`. `create_service_app` is what `chat-shell service` serves.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from backend.settings import Settings
+from chat_shell.api.app import create_service_app as create_chat_shell_app
+from chat_shell.contracts import AttachmentReader, HistoryLoader, TurnRunner
+from chat_shell.guard.protocol import GuardFactory
+from chat_shell.providers.openai import ProviderConfig
+from chat_shell.remote import RemoteChatShell
+from chat_shell.runtime import ChatShell, RuntimeConfig
+from chat_shell.tools.registry import ToolRegistry
+
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_MODEL = "gpt-4o-mini"
+
+
+class RuntimeConfigurationError(RuntimeError):
+    """The settings do not describe a usable model provider."""
+
+
+def provider_config(settings: Settings) -> ProviderConfig:
+    if not settings.uses_remote_provider:
+        local = (
+            "the local model is switched off (CHAT_SHELL_LOCAL_MODEL=off)"
+            if settings.local_model == "off"
+            else "no embedded local model is available"
+        )
+        raise RuntimeConfigurationError(
+            f"No model provider is configured and {local}: set OPENAI_BASE_URL (and OPENAI_API_KEY "
+            "if the endpoint needs one) to an OpenAI-compatible endpoint."
+        )
+    return ProviderConfig(
+        base_url=settings.openai_base_url or OPENAI_DEFAULT_BASE_URL,
+        api_key=settings.openai_api_key or "not-needed",
+        timeout_seconds=settings.provider_timeout_seconds,
+    )
+
+
+def runtime_config(settings: Settings) -> RuntimeConfig:
+    return RuntimeConfig(
+        provider=provider_config(settings),
+        model=settings.model or DEFAULT_MODEL,
+        context_window=settings.context_window,
+        max_output_tokens=settings.max_output_tokens,
+        tool_call_limit=settings.tool_call_limit,
+    )
+
+
+def build_chat_shell(
+    settings: Settings,
+    *,
+    tools: ToolRegistry | None = None,
+    guard_factory: GuardFactory | None = None,
+    history_loader: HistoryLoader | None = None,
+    attachments: AttachmentReader | None = None,
+) -> ChatShell:
+    return ChatShell(
+        runtime_config(settings),
+        tools=tools,
+        guard_factory=guard_factory,
+        history_loader=history_loader,
+        attachments=attachments,
+    )
+
+
+def build_runtime(
+    settings: Settings,
+    *,
+    guard_factory: GuardFactory | None = None,
+    history_loader: HistoryLoader | None = None,
+    attachments: AttachmentReader | None = None,
+) -> TurnRunner:
+    """The runtime for the backend: in-process, or a client of the chat_shell service."""
+    if settings.runtime_mode == "service":
+        return RemoteChatShell(settings.service_url, token=settings.service_token)
+    return build_chat_shell(
+        settings, guard_factory=guard_factory, history_loader=history_loader, attachments=attachments
+    )
+
+
+def create_service_app(
+    settings: Settings,
+    *,
+    guard_factory: GuardFactory | None = None,
+    history_loader: HistoryLoader | None = None,
+    attachments: AttachmentReader | None = None,
+) -> FastAPI:
+    """chat_shell alone (`chat-shell service`): the package runtime behind `POST /v1/response`."""
+    shell = build_chat_shell(
+        settings, guard_factory=guard_factory, history_loader=history_loader, attachments=attachments
+    )
+    return create_chat_shell_app(shell, service_token=settings.service_token)

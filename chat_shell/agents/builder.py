@@ -1,0 +1,148 @@
+"""Agent assembly (SPEC 5.1): `create_react_agent` with the composed pre-model hook.
+
+The graph is compiled once per model and reused by every turn; what differs per attempt (the
+guard, the attempt guidance, the conversation the tools act for) travels in the LangGraph run
+context (`AttemptRuntime`), never in module state.
+
+Two variants exist per model: the tool loop, and an answer-only graph for the tool-limit
+recovery reply. The answer-only graph still sends the tool schemas (with `tool_choice="none"`),
+so a provider that insists on schemas for tool history accepts it and the guard's budget counts
+the same request shape.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.prebuilt import ToolNode, create_react_agent
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from chat_shell.contracts import AttachmentReader, ToolStarted
+from chat_shell.tools.registry import tool_error_message
+
+# LangGraph's own reply when the step budget runs out while the model still wants tools.
+STEP_LIMIT_REPLY = "Sorry, need more steps to process this request."
+# Graph steps per model<->tools round: pre_model_hook, agent, post_model_hook, tools.
+STEPS_PER_ROUND = 4
+
+
+class ToolCallTruncated(Exception):
+    """The model hit its output limit while writing a tool call; the call must not run."""
+
+
+@dataclass(frozen=True)
+class AttemptRuntime:
+    """The LangGraph run context of one attempt (`context=` of `astream`)."""
+
+    hook: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+    conversation_id: int
+    owner_id: int
+    attachments: AttachmentReader | None = None
+
+
+def recursion_limit(tool_rounds: int) -> int:
+    """Enough graph steps for `tool_rounds` tool rounds and a final answer."""
+    return STEPS_PER_ROUND * tool_rounds + 3
+
+
+async def _pre_model_hook(state: dict[str, Any], runtime: Runtime[AttemptRuntime]) -> dict[str, Any]:
+    return await runtime.context.hook(state)
+
+
+def _answer_invalid_calls(reply: AIMessage) -> list[BaseMessage]:
+    """Unparsable tool calls become calls answered by a tool error, so the model can fix them."""
+    calls = list(reply.tool_calls)
+    answers: list[BaseMessage] = []
+    for bad in reply.invalid_tool_calls:
+        call_id = bad.get("id") or f"call_invalid_{uuid.uuid4().hex[:12]}"
+        name = bad.get("name") or "unknown_tool"
+        calls.append({"id": call_id, "name": name, "args": {}, "type": "tool_call"})
+        received = (bad.get("args") or "")[:300]
+        answers.append(
+            ToolMessage(
+                content=(
+                    f"Error: the arguments of this {name} call were not valid JSON, so the tool did not "
+                    f"run. Received: {received!r}. Call the tool again with a JSON object."
+                ),
+                tool_call_id=call_id,
+                name=name,
+                status="error",
+            )
+        )
+    return [reply.model_copy(update={"tool_calls": calls, "invalid_tool_calls": []}), *answers]
+
+
+def _with_call_ids(reply: AIMessage) -> AIMessage:
+    """Some OpenAI-compatible servers omit tool-call ids; results must be able to answer them."""
+    if all(call["id"] for call in reply.tool_calls):
+        return reply
+    calls = [{**call, "id": call["id"] or f"call_{uuid.uuid4().hex[:12]}"} for call in reply.tool_calls]
+    return reply.model_copy(update={"tool_calls": calls})
+
+
+def _check_model_reply(state: dict[str, Any], runtime: Runtime[AttemptRuntime]) -> dict[str, Any]:
+    """The post-model hook: stop on a truncated tool call, repair what would break the loop."""
+    reply = state["messages"][-1]
+    if not isinstance(reply, AIMessage) or not (reply.tool_calls or reply.invalid_tool_calls):
+        return {}
+    if reply.response_metadata.get("finish_reason") == "length":
+        raise ToolCallTruncated("the model's output limit cut a tool call short")
+    fixed = _with_call_ids(reply)
+    if not fixed.invalid_tool_calls:
+        return {} if fixed is reply else {"messages": [fixed]}
+    repaired = _answer_invalid_calls(fixed)
+    for answer in repaired:
+        if isinstance(answer, ToolMessage):
+            runtime.stream_writer(ToolStarted(call_id=answer.tool_call_id, name=answer.name or "", args={}))
+    return {"messages": repaired}
+
+
+async def _announce_tool_call(
+    request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command]]
+) -> ToolMessage | Command:
+    call = request.tool_call
+    # Through the graph's own stream, so the event stays in order with the model's tokens.
+    request.runtime.stream_writer(ToolStarted(call_id=call["id"] or "", name=call["name"], args=call["args"]))
+    return await execute(request)
+
+
+def build_agent(
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    *,
+    checkpointer: BaseCheckpointSaver,
+    answer_only: bool = False,
+) -> CompiledStateGraph:
+    if answer_only:
+        bound: Runnable[Any, BaseMessage] = model.bind_tools(tools, tool_choice="none") if tools else model
+
+        def answering_model(state: dict[str, Any], runtime: Runtime[AttemptRuntime]) -> Runnable[Any, Any]:
+            return bound
+
+        return create_react_agent(
+            answering_model,
+            [],
+            pre_model_hook=_pre_model_hook,
+            checkpointer=checkpointer,
+            context_schema=AttemptRuntime,
+        )
+    tool_node = ToolNode(tools, handle_tool_errors=tool_error_message, awrap_tool_call=_announce_tool_call)
+    return create_react_agent(
+        model,
+        tool_node,
+        pre_model_hook=_pre_model_hook,
+        post_model_hook=_check_model_reply,
+        checkpointer=checkpointer,
+        context_schema=AttemptRuntime,
+    )

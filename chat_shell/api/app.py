@@ -1,0 +1,72 @@
+"""Service mode: chat_shell as its own FastAPI app (SPEC 6.4).
+
+`POST /v1/response` takes a `TurnRequest` and answers an SSE stream of the same `TurnEvent`
+models package mode yields (`event:` = the event type, `data:` = its JSON).
+`POST /v1/response/{turn_id}/cancel` stops a running turn; `GET /healthz` is liveness.
+Errors are JSON `{"code", "message"}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import AsyncIterator
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.responses import Response
+
+from chat_shell.contracts import TurnRequest, TurnRunner
+
+
+class ServiceError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def create_service_app(runtime: TurnRunner, *, service_token: str | None = None) -> FastAPI:
+    app = FastAPI(title="chat_shell", version="0.1.0")
+    running: dict[int, asyncio.Event] = {}
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse({"code": exc.code, "message": exc.message}, status_code=exc.status)
+
+    def require_token(request: Request) -> None:
+        if service_token is None:
+            return
+        supplied = request.headers.get("authorization", "")
+        if not hmac.compare_digest(supplied.encode(), f"Bearer {service_token}".encode()):
+            raise ServiceError(401, "unauthorized", "a valid service token is required")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/response", response_model=None, dependencies=[Depends(require_token)])
+    async def respond(turn: TurnRequest) -> Response:
+        if turn.turn_id in running:
+            raise ServiceError(409, "conflict", f"turn {turn.turn_id} is already running")
+        cancel = asyncio.Event()
+
+        async def events() -> AsyncIterator[ServerSentEvent]:
+            running[turn.turn_id] = cancel
+            try:
+                async for event in runtime.run(turn, cancel):
+                    yield ServerSentEvent(event=event.type, data=event.model_dump_json())
+            finally:
+                running.pop(turn.turn_id, None)
+
+        return EventSourceResponse(events())
+
+    @app.post("/v1/response/{turn_id}/cancel", dependencies=[Depends(require_token)])
+    async def cancel_turn(turn_id: int) -> dict[str, bool]:
+        cancel = running.get(turn_id)
+        if cancel is None:
+            raise ServiceError(404, "not_found", f"turn {turn_id} is not running")
+        cancel.set()
+        return {"cancelled": True}
+
+    return app

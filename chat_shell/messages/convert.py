@@ -1,0 +1,138 @@
+"""`ChainMessage` <-> LangChain messages, and the initial message list of a turn.
+
+Markers travel in `additional_kwargs["chat_shell"]` (see `markers`); nothing else of
+`additional_kwargs` is kept in a chain entry. List content is stored as JSON-able blocks with
+binary media replaced by a short placeholder, never as Python repr text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from chat_shell.contracts import ChainMessage, ChainMetadata, ToolCall, TurnRequest
+from chat_shell.messages.markers import MARKER_KEY, markers
+
+_MEDIA_BLOCK_TYPES = frozenset({"image", "image_url", "input_image", "audio", "input_audio", "file", "video"})
+SYSTEM_PROMPT_ID = "system-prompt"
+
+
+def user_message_id(message_id: int) -> str:
+    """The stable LangChain id of the user message with this `message_id`."""
+    return f"user-{message_id}"
+
+
+def _media_placeholder(block: dict[str, Any]) -> dict[str, Any]:
+    kind = block.get("type", "media")
+    mime = block.get("mime_type") or ""
+    return {"type": "text", "text": f"[{kind}{' ' + mime if mime else ''} omitted]"}
+
+
+def strip_media(content: str | list[Any]) -> str | list[dict[str, Any]]:
+    """`content` with image/audio/file blocks replaced by a text placeholder (no base64 in a chain)."""
+    if isinstance(content, str):
+        return content
+    blocks: list[dict[str, Any]] = []
+    for block in content:
+        if isinstance(block, str):
+            blocks.append({"type": "text", "text": block})
+        elif isinstance(block, dict) and block.get("type") in _MEDIA_BLOCK_TYPES:
+            blocks.append(_media_placeholder(block))
+        elif isinstance(block, dict):
+            blocks.append(block)
+        else:
+            blocks.append({"type": "text", "text": str(block)})
+    return blocks
+
+
+def tool_output_text(content: str | list[Any]) -> str:
+    """A tool result as one string: text as is, multimodal lists as JSON without media bytes."""
+    if isinstance(content, str):
+        return content
+    return json.dumps(strip_media(content), ensure_ascii=False)
+
+
+def _metadata_kwargs(metadata: ChainMetadata) -> dict[str, Any]:
+    fields = metadata.model_dump(exclude_none=True, mode="json")
+    return {MARKER_KEY: fields} if fields else {}
+
+
+def to_langchain(entry: ChainMessage) -> BaseMessage:
+    kwargs = _metadata_kwargs(entry.metadata)
+    if entry.role == "assistant":
+        return AIMessage(
+            content=entry.content,
+            id=entry.id,
+            tool_calls=[
+                {"id": call.id, "name": call.name, "args": call.args, "type": "tool_call"}
+                for call in entry.tool_calls
+            ],
+            additional_kwargs=kwargs,
+        )
+    if entry.role == "tool":
+        if entry.tool_call_id is None:
+            raise ValueError(f"tool message {entry.id!r} has no tool_call_id")
+        return ToolMessage(
+            content=entry.content,
+            id=entry.id,
+            tool_call_id=entry.tool_call_id,
+            name=entry.name,
+            additional_kwargs=kwargs,
+        )
+    message_type = SystemMessage if entry.role == "system" else HumanMessage
+    return message_type(content=entry.content, id=entry.id, name=entry.name, additional_kwargs=kwargs)
+
+
+def to_chain(message: BaseMessage) -> ChainMessage:
+    """The chain entry of one message; only whitelisted markers survive."""
+    metadata = markers(message)
+    if isinstance(message, AIMessage):
+        return ChainMessage(
+            role="assistant",
+            content=strip_media(message.content),
+            id=message.id,
+            tool_calls=[
+                ToolCall(id=call["id"] or "", name=call["name"], args=call["args"])
+                for call in message.tool_calls
+            ],
+            metadata=metadata,
+        )
+    if isinstance(message, ToolMessage):
+        return ChainMessage(
+            role="tool",
+            content=tool_output_text(message.content),
+            id=message.id,
+            tool_call_id=message.tool_call_id,
+            name=message.name,
+            metadata=metadata,
+        )
+    role = "system" if isinstance(message, SystemMessage) else "user"
+    return ChainMessage(
+        role=role, content=strip_media(message.content), id=message.id, name=message.name, metadata=metadata
+    )
+
+
+def initial_messages(
+    request: TurnRequest, history: Sequence[ChainMessage], system_prompt: str | None
+) -> list[BaseMessage]:
+    """System prompt, the model-visible history, then the current user message."""
+    messages: list[BaseMessage] = []
+    if system_prompt:
+        messages.append(SystemMessage(content=system_prompt, id=SYSTEM_PROMPT_ID))
+    messages.extend(to_langchain(entry) for entry in history)
+    user_markers = ChainMetadata(
+        source_conversation_id=request.conversation_id,
+        source_message_id=request.user.message_id,
+        attachment_ids=[ref.id for ref in request.user.attachments] or None,
+    )
+    messages.append(
+        HumanMessage(
+            content=request.user.content,
+            id=user_message_id(request.user.message_id),
+            additional_kwargs=_metadata_kwargs(user_markers),
+        )
+    )
+    return messages

@@ -1,0 +1,119 @@
+"""`ChatShell`: the in-process turn runtime (package mode).
+
+    shell = ChatShell(RuntimeConfig(provider=ProviderConfig(base_url=...), model="gpt-4o"))
+    async for event in shell.run(request, cancel):
+        ...  # turn.started first, exactly one terminal event last
+
+One `InMemorySaver` belongs to the instance and holds only the threads of attempts that are
+running right now (each is deleted when its attempt ends). Compiled graphs are cached per
+model, so a turn compiles nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph.state import CompiledStateGraph
+
+from chat_shell.agents.builder import build_agent
+from chat_shell.agents.runner import TurnExecution, TurnSetup
+from chat_shell.contracts import TERMINAL_EVENT_TYPES, AttachmentReader, HistoryLoader, TurnEvent, TurnRequest
+from chat_shell.guard.passthrough import passthrough_guard_factory
+from chat_shell.guard.protocol import GuardFactory
+from chat_shell.providers.openai import ProviderConfig, create_chat_model
+from chat_shell.providers.profiles import ModelProfile, resolve_profile
+from chat_shell.tools.registry import ToolRegistry, default_tools
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    provider: ProviderConfig
+    # The model of turns whose request names none.
+    model: str
+    # Profile overrides (CHAT_SHELL_CONTEXT_WINDOW / CHAT_SHELL_MAX_OUTPUT_TOKENS).
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    # Model<->tool rounds per turn before the tool-limit recovery reply.
+    tool_call_limit: int = 30
+    # Fresh-thread retries after a tool call cut off by the output limit.
+    truncation_retries: int = 3
+    # Used when a request carries no system prompt of its own.
+    system_prompt: str | None = None
+
+
+class ChatShell:
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        *,
+        tools: ToolRegistry | None = None,
+        guard_factory: GuardFactory | None = None,
+        history_loader: HistoryLoader | None = None,
+        attachments: AttachmentReader | None = None,
+    ) -> None:
+        self.config = config
+        self.tools = tools if tools is not None else default_tools()
+        self.checkpointer = InMemorySaver()
+        self._guard_factory = guard_factory or passthrough_guard_factory
+        self._history_loader = history_loader
+        self._attachments = attachments
+        self._tool_schemas = self.tools.schemas()
+        self._graphs: dict[tuple[str, int, bool], CompiledStateGraph] = {}
+
+    def profile(self, model: str | None = None) -> ModelProfile:
+        return resolve_profile(
+            model or self.config.model,
+            context_window=self.config.context_window,
+            max_output_tokens=self.config.max_output_tokens,
+        )
+
+    def graph(self, profile: ModelProfile, *, answer_only: bool) -> CompiledStateGraph:
+        key = (profile.name, profile.max_output_tokens, answer_only)
+        graph = self._graphs.get(key)
+        if graph is None:
+            model = create_chat_model(profile, self.config.provider)
+            graph = build_agent(
+                model, self.tools.tools, checkpointer=self.checkpointer, answer_only=answer_only
+            )
+            self._graphs[key] = graph
+        return graph
+
+    async def checkpoint_count(self) -> int:
+        """Checkpoints held for any thread (zero whenever no turn is running)."""
+        return len([c async for c in self.checkpointer.alist(None)])
+
+    async def run(
+        self, request: TurnRequest, cancel: asyncio.Event | None = None
+    ) -> AsyncIterator[TurnEvent]:
+        """The turn's events; setting `cancel` stops it (partial output kept, `turn.cancelled`)."""
+        setup = TurnSetup(
+            profile=self.profile(request.model),
+            graphs=self.graph,
+            checkpointer=self.checkpointer,
+            guard_factory=self._guard_factory,
+            tool_schemas=self._tool_schemas,
+            tool_call_limit=self.config.tool_call_limit,
+            truncation_retries=self.config.truncation_retries,
+            system_prompt=request.system_prompt or self.config.system_prompt,
+            history_loader=self._history_loader,
+            attachments=self._attachments,
+        )
+        queue: asyncio.Queue[TurnEvent | None] = asyncio.Queue()
+        execution = TurnExecution(setup, request, cancel or asyncio.Event(), queue.put_nowait)
+        task = asyncio.create_task(execution.execute())
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+                if event.type in TERMINAL_EVENT_TYPES:
+                    return
+            task.result()
+            raise RuntimeError("the turn ended without a terminal event")
+        finally:
+            if not task.done():
+                # The caller stopped listening: stop the turn; its threads are deleted on the way out.
+                task.cancel()
+                await asyncio.wait({task})

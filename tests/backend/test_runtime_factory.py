@@ -1,0 +1,73 @@
+"""The backend picks its turn runtime from settings (package or service mode)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from backend.runtime_factory import (
+    RuntimeConfigurationError,
+    build_runtime,
+    create_service_app,
+    runtime_config,
+)
+from backend.settings import Settings
+from chat_shell.remote import RemoteChatShell
+from chat_shell.runtime import ChatShell
+from tests.support.scripted_provider import ScriptedProvider, text
+from tests.support.servers import serve
+from tests.support.turns import collect, deltas, make_request
+
+
+def _settings(tmp_path: Path, **values: Any) -> Settings:
+    return Settings(_env_file=None, data_dir=tmp_path, telemetry_enabled=False, **values)  # type: ignore[call-arg]
+
+
+def test_package_mode_builds_an_in_process_runtime_with_profile_overrides(tmp_path: Path) -> None:
+    settings = _settings(
+        tmp_path,
+        openai_base_url="http://127.0.0.1:9/v1",
+        model="gpt-4o",
+        context_window=32_000,
+        max_output_tokens=2_000,
+        tool_call_limit=5,
+    )
+    runtime = build_runtime(settings)
+    assert isinstance(runtime, ChatShell)
+    profile = runtime.profile()
+    assert (profile.name, profile.context_window, profile.max_output_tokens) == ("gpt-4o", 32_000, 2_000)
+    assert profile.source == "configured" and runtime.config.tool_call_limit == 5
+
+
+def test_service_mode_builds_a_client(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, runtime_mode="service", service_url="http://127.0.0.1:8100")
+    assert isinstance(build_runtime(settings), RemoteChatShell)
+
+
+@pytest.mark.parametrize("local_model", ["off", "auto"])
+def test_no_provider_is_a_clear_configuration_error(tmp_path: Path, local_model: str) -> None:
+    with pytest.raises(RuntimeConfigurationError, match="OPENAI_BASE_URL"):
+        runtime_config(_settings(tmp_path, local_model=local_model))
+
+
+def test_an_api_key_alone_means_the_openai_endpoint(tmp_path: Path) -> None:
+    config = runtime_config(_settings(tmp_path, openai_api_key="sk-test"))
+    assert config.provider.base_url == "https://api.openai.com/v1" and config.provider.api_key == "sk-test"
+
+
+async def test_the_service_app_runs_turns_from_settings(
+    tmp_path: Path, scripted_provider: ScriptedProvider
+) -> None:
+    settings = _settings(tmp_path, openai_base_url=scripted_provider.base_url, service_token="tok")
+    scripted_provider.script(text("served"))
+    async with serve(create_service_app(settings)) as url:
+        async with httpx.AsyncClient(base_url=url) as client:
+            assert (await client.get("/healthz")).status_code == 200
+        client_settings = _settings(tmp_path, runtime_mode="service", service_url=url, service_token="tok")
+        remote = build_runtime(client_settings)
+        events = await collect(remote, make_request())
+        await remote.aclose()  # type: ignore[attr-defined]
+    assert deltas(events) == "served" and events[-1].type == "turn.completed"

