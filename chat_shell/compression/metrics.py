@@ -10,6 +10,7 @@ correction is spread over the sources in proportion to their local counts.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from chat_shell.compression.budget import Budget
 from chat_shell.compression.calibration import Estimate
@@ -81,7 +82,7 @@ def snapshot(
         available_input=available,
         used_input=used,
         remaining=remaining,
-        remaining_percent=round(100.0 * remaining / available, 1) if available else 0.0,
+        remaining_percent=remaining_percent(used, available),
         trigger=budget.trigger,
         keep=budget.keep,
         over_trigger=used >= budget.trigger,
@@ -103,27 +104,48 @@ def snapshot(
     )
 
 
+@dataclass(frozen=True)
+class Pressure:
+    """What the throttle compares, known before a snapshot is built."""
+
+    state: ContextState
+    over_trigger: bool
+    remaining_percent: float
+
+    @property
+    def bucket(self) -> int:
+        return int(self.remaining_percent // THROTTLE_BUCKET_PERCENT)
+
+
+def remaining_percent(used: int, available: int) -> float:
+    return round(100.0 * max(0, available - used) / available, 1) if available else 0.0
+
+
+def pressure(*, effective: int, budget: Budget, state: ContextState) -> Pressure:
+    return Pressure(
+        state=state,
+        over_trigger=effective >= budget.trigger,
+        remaining_percent=remaining_percent(effective, budget.available_input),
+    )
+
+
 class MetricsThrottle:
     """Emit a snapshot only when something a reader would notice changed: the first one of a
     turn, a hook call that changed the view, a new state, a trigger crossing, or a move to
-    another 5% bucket of the remaining input."""
+    another 5% bucket of the remaining input. Decided before any snapshot is built."""
 
     def __init__(self) -> None:
-        self._last: ContextMetrics | None = None
+        self._last: Pressure | None = None
 
-    @staticmethod
-    def _bucket(metrics: ContextMetrics) -> int:
-        return int(metrics.remaining_percent // THROTTLE_BUCKET_PERCENT)
-
-    def should_emit(self, metrics: ContextMetrics, *, changed: bool) -> bool:
+    def should_emit(self, current: Pressure, *, changed: bool) -> bool:
         last = self._last
         emit = (
             last is None
             or changed
-            or metrics.state != last.state
-            or metrics.over_trigger != last.over_trigger
-            or self._bucket(metrics) != self._bucket(last)
+            or current.state != last.state
+            or current.over_trigger != last.over_trigger
+            or current.bucket != last.bucket
         )
         if emit:
-            self._last = metrics
+            self._last = current
         return emit

@@ -223,15 +223,20 @@ def _name_of(message: BaseMessage) -> str | None:
 def content_hash(message: BaseMessage) -> str:
     """A stable hash of every field that is counted (not of markers or other metadata)."""
     digest = hashlib.sha1(usedforsecurity=False)
-    calls = [(c.id, c.name, c.arguments) for c in tool_calls_of(message)]
-    tool_call_id = message.tool_call_id if isinstance(message, ToolMessage) else None
-    digest.update(_json([message.type, _name_of(message), tool_call_id, calls]).encode())
+    tool_call_id = message.tool_call_id if isinstance(message, ToolMessage) else ""
+    header = f"{message.type}\x1f{_name_of(message) or ''}\x1f{tool_call_id}"
+    digest.update(header.encode("utf-8", "surrogatepass"))
+    calls = tool_calls_of(message)
+    if calls:
+        listed = [[c.id, c.name, c.arguments] for c in calls]
+        digest.update(_json(listed).encode("utf-8", "surrogatepass"))
     digest.update(b"\x00")
     content = message.content
     if isinstance(content, str):
         digest.update(content.encode("utf-8", "surrogatepass"))
     else:
-        digest.update(json.dumps(content, ensure_ascii=False, sort_keys=True, default=str).encode())
+        listing = json.dumps(content, ensure_ascii=False, sort_keys=True, default=str)
+        digest.update(listing.encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
 
 
@@ -239,6 +244,8 @@ def content_hash(message: BaseMessage) -> str:
 class MessageCount:
     tokens: int
     content_hash: str
+    # The message itself carries a valid `token_count` marker with this count.
+    persisted: bool = False
 
 
 class TokenCounter:
@@ -289,13 +296,15 @@ class TokenCounter:
 
     def count_message(self, message: BaseMessage) -> MessageCount:
         digest = content_hash(message)
+        persisted = self._persisted(message, digest)
+        if persisted is not None:
+            self._by_hash.setdefault(digest, persisted)
+            return MessageCount(persisted, digest, persisted=True)
         tokens = self._by_hash.get(digest)
         if tokens is None:
-            tokens = self._persisted(message, digest)
-            if tokens is None:
-                tokens = self._count_fields(message)
+            tokens = self._count_fields(message)
             self._by_hash[digest] = tokens
-        return MessageCount(tokens=tokens, content_hash=digest)
+        return MessageCount(tokens, digest)
 
     def count_messages(self, messages: Sequence[BaseMessage]) -> int:
         """A whole request's messages, reply priming included (no tool schemas)."""
@@ -309,9 +318,6 @@ class TokenCounter:
         return TokenCount(
             encoding=self.encoding, content_hash=count.content_hash, tokens=count.tokens
         ).model_dump()
-
-    def has_marker(self, message: BaseMessage, count: MessageCount) -> bool:
-        return self._persisted(message, count.content_hash) == count.tokens
 
     def _persisted(self, message: BaseMessage, digest: str) -> int | None:
         raw = message.additional_kwargs.get(MARKER_KEY)

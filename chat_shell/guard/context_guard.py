@@ -32,19 +32,22 @@ from chat_shell.compression import metrics as context_metrics
 from chat_shell.compression.budget import Budget, budget_for
 from chat_shell.compression.calibration import Estimate, Fit, Reported, Sample, estimate, fit
 from chat_shell.compression.token_counter import REPLY_PRIMING, MessageCount, TokenCounter
-from chat_shell.contracts import CompactionRecord, ContextCompactionEvent, ContextMetrics, ContextMetricsEvent
+from chat_shell.contracts import (
+    CompactionRecord,
+    ContextCompactionEvent,
+    ContextMetrics,
+    ContextMetricsEvent,
+    ContextState,
+)
 from chat_shell.guard.protocol import ContextRefused, EventSink
 from chat_shell.guard.stages import GuardSource, SourceContext, SummaryCompactor, SummaryRequest
 from chat_shell.guard.tool_output import ToolOutputSource
-from chat_shell.guard.view import ContextView, MessageKey
+from chat_shell.guard.view import ContextView
 from chat_shell.messages.markers import MARKER_KEY, with_markers
 from chat_shell.providers.profiles import ModelProfile
 from chat_shell.telemetry import record_protection
 
 logger = logging.getLogger(__name__)
-
-# Only the latest requests' views are needed (for the reported estimate); older ones are dropped.
-_KEPT_REQUEST_VIEWS = 2
 
 
 @dataclass
@@ -53,7 +56,8 @@ class _Request:
 
     length: int
     last_id: str | None
-    keys: list[MessageKey]
+    # Where the view stood when the request was sent (see `ContextView.unchanged_prefix`).
+    mark: tuple[int, int]
     message_tokens: int
     local: int
     provider: int | None = None
@@ -168,7 +172,10 @@ class UnifiedContextGuard:
                 fields["local_input_tokens"] = request.local
                 fields["provider_input_tokens"] = _provider_input(message)
                 fields["profile"] = self.profile.name
-            annotated.append(with_markers(message, **fields) if fields else message)
+            if fields:
+                message = with_markers(message, **fields)
+                view.adopt(index, message)
+            annotated.append(message)
         return annotated
 
     def final_metrics(self, messages: Sequence[BaseMessage]) -> ContextMetrics:
@@ -246,7 +253,7 @@ class UnifiedContextGuard:
         for request in reversed(self._requests):
             if request.provider is None:
                 continue
-            if len(view) >= request.length and view.keys[: request.length] == request.keys:
+            if view.unchanged_prefix(request.mark, request.length):
                 reported = Reported(request.provider, view.message_tokens - request.message_tokens)
             break
         local = view.message_tokens + self._schema_tokens + REPLY_PRIMING
@@ -256,12 +263,8 @@ class UnifiedContextGuard:
 
     def _record_request(self, current: Estimate) -> None:
         view = self._view
-        for older in self._requests[:-_KEPT_REQUEST_VIEWS]:
-            older.keys = []
         last_id = view.state[-1].id if len(view) else None
-        self._requests.append(
-            _Request(len(view), last_id, list(view.keys), view.message_tokens, current.local)
-        )
+        self._requests.append(_Request(len(view), last_id, view.mark(), view.message_tokens, current.local))
 
     # ------------------------------------------------------------------ stages
 
@@ -434,24 +437,28 @@ class UnifiedContextGuard:
         parts["system"] = parts.get("system", 0) + REPLY_PRIMING
         return parts
 
-    def _snapshot(self, phase: str, current: Estimate) -> ContextMetrics:
-        state = context_metrics.context_state(
+    def _state(self, current: Estimate) -> ContextState:
+        return context_metrics.context_state(
             effective=current.effective,
             budget=self.budget,
             refused=self._refused,
             compacted=any(r.status == "completed" for r in self._compactions),
         )
+
+    def _snapshot(self, phase: str, current: Estimate) -> ContextMetrics:
         return context_metrics.snapshot(
             phase=phase,
             profile=self.profile,
             budget=self.budget,
             estimate=current,
             local_parts=self._local_parts(),
-            state=state,
+            state=self._state(current),
             latest_compaction=self._compactions[-1] if self._compactions else None,
         )
 
     def _publish(self, phase: str, current: Estimate, *, changed: bool) -> None:
-        snapshot = self._snapshot(phase, current)
-        if self._throttle.should_emit(snapshot, changed=changed):
-            self._emit(ContextMetricsEvent(snapshot=snapshot))
+        pressure = context_metrics.pressure(
+            effective=current.effective, budget=self.budget, state=self._state(current)
+        )
+        if self._throttle.should_emit(pressure, changed=changed):
+            self._emit(ContextMetricsEvent(snapshot=self._snapshot(phase, current)))

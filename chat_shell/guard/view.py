@@ -19,8 +19,6 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, To
 from chat_shell.compression.token_counter import TokenCounter
 from chat_shell.messages.markers import is_summary
 
-# What identifies a message as sent: its id and the hash of everything counted.
-MessageKey = tuple[str | None, str]
 Attribution = Callable[[BaseMessage, int], Mapping[str, int]]
 
 
@@ -39,14 +37,18 @@ class ContextView:
     def __init__(self, counter: TokenCounter, attribution: Attribution) -> None:
         self._counter = counter
         self._attribution = attribution
+        self.epoch = 0
         self._reset()
 
     def _reset(self) -> None:
+        # A rebuild starts a new epoch: nothing recorded against the old entries still holds.
+        self.epoch += 1
+        # Indices shown differently since the epoch began, in order (see `unchanged_prefix`).
+        self.rewritten: list[int] = []
         # Parallel lists, one entry per message, in order.
         self.state: list[BaseMessage] = []  # graph state as it is once our upserts are applied
         self.shown: list[BaseMessage] = []  # what the model sees
         self.tokens: list[int] = []  # count of the shown message
-        self.keys: list[MessageKey] = []  # (id, hash) of the shown message
         self.hashes: list[str] = []  # hash of the state message
         self.marked: list[bool] = []  # the state message carries a valid `token_count` marker
         self._own: list[int] = []  # tokens left with the message's own bucket after claims
@@ -79,9 +81,8 @@ class ContextView:
         self.state.append(message)
         self.shown.append(message)
         self.tokens.append(count.tokens)
-        self.keys.append((message.id, count.content_hash))
         self.hashes.append(count.content_hash)
-        self.marked.append(self._counter.has_marker(message, count))
+        self.marked.append(count.persisted)
         self._claims.append({})
         self._own.append(0)
         self._buckets.append(default_bucket(message))
@@ -95,12 +96,35 @@ class ContextView:
         self._account(index, -1)
         self.shown[index] = shown
         self.tokens[index] = count.tokens
-        self.keys[index] = (shown.id, count.content_hash)
+        self.rewritten.append(index)
         if in_state:
             self.state[index] = shown
             self.hashes[index] = count.content_hash
-            self.marked[index] = self._counter.has_marker(shown, count)
+            self.marked[index] = count.persisted
         self._account(index, +1)
+
+    def mark(self) -> tuple[int, int]:
+        """A point in this view's history, for `unchanged_prefix`."""
+        return self.epoch, len(self.rewritten)
+
+    def unchanged_prefix(self, mark: tuple[int, int], length: int) -> bool:
+        """Whether the first `length` shown messages are exactly (same ids, same content) those
+        shown at `mark`: the state held its prefix (checked on every sync, else a new epoch)
+        and nothing below `length` was shown differently since."""
+        epoch, rewrites = mark
+        return (
+            epoch == self.epoch
+            and len(self.state) >= length
+            and all(index >= length for index in self.rewritten[rewrites:])
+        )
+
+    def adopt(self, index: int, message: BaseMessage) -> None:
+        """Hold `message` in state at `index`: the same message with other markers (it counts
+        the same), so a caller passing the annotated list back costs no rebuild."""
+        if self.shown[index] is self.state[index]:
+            self.shown[index] = message
+        self.state[index] = message
+        self.marked[index] = True
 
     def _account(self, index: int, sign: int) -> None:
         tokens = self.tokens[index]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from chat_shell.compression.budget import budget_for
 from chat_shell.compression.calibration import Fit, Reported, estimate
-from chat_shell.compression.metrics import MetricsThrottle, attribute, snapshot
-from chat_shell.contracts import BREAKDOWN_SOURCES, ContextMetrics
+from chat_shell.compression.metrics import MetricsThrottle, Pressure, attribute, pressure, snapshot
+from chat_shell.contracts import BREAKDOWN_SOURCES, ContextMetrics, ContextState
 from chat_shell.providers.profiles import resolve_profile
 
 LOCAL = {"system": 1_500, "tool_schemas": 700, "history": 20_001, "tool_outputs": 33_333, "current_input": 17}
@@ -79,16 +79,20 @@ def test_unknown_models_are_labelled_default() -> None:
 
 
 def test_the_throttle_emits_on_5_percent_buckets_crossings_and_changes() -> None:
+    budget = budget_for(resolve_profile("gpt-4o"))  # available 112,000, trigger 95,200
+
+    def at(used: int, state: ContextState = "normal") -> Pressure:
+        return pressure(effective=used, budget=budget, state=state)
+
     throttle = MetricsThrottle()
-    assert throttle.should_emit(_snapshot(10_000), changed=False)  # the first one
-    assert not throttle.should_emit(_snapshot(10_500), changed=False)  # same 5% bucket
-    assert not throttle.should_emit(_snapshot(11_000), changed=False)
-    assert throttle.should_emit(_snapshot(11_000), changed=True)  # the guard changed the view
-    assert throttle.should_emit(_snapshot(16_000), changed=False)  # next bucket
-    assert not throttle.should_emit(_snapshot(16_100), changed=False)
-    crossing = _snapshot(95_000)
-    assert crossing.over_trigger
-    assert throttle.should_emit(crossing, changed=False)
-    calm = _snapshot(95_010).model_copy(update={"state": "warning"})
-    assert throttle.should_emit(calm, changed=False)  # a new state
-    assert not throttle.should_emit(calm, changed=False)
+    assert throttle.should_emit(at(14_000), changed=False)  # the first one
+    assert not throttle.should_emit(at(14_500), changed=False)  # same 5% bucket
+    assert not throttle.should_emit(at(15_000), changed=False)
+    assert throttle.should_emit(at(15_000), changed=True)  # the guard changed the view
+    assert throttle.should_emit(at(20_000), changed=False)  # next bucket
+    assert not throttle.should_emit(at(20_100), changed=False)
+    assert at(99_000).over_trigger and at(99_000).bucket == at(100_000).bucket
+    assert throttle.should_emit(at(99_000), changed=False)  # a trigger crossing
+    assert throttle.should_emit(at(99_010, "warning"), changed=False)  # a new state
+    assert not throttle.should_emit(at(99_010, "warning"), changed=False)
+    assert throttle.should_emit(at(20_000), changed=False)  # back down a bucket

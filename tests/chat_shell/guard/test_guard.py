@@ -532,3 +532,12 @@ def test_configured_profiles_are_labelled_configured() -> None:
     profile = resolve_profile("gpt-4o", context_window=64_000)
     guard, _ = new_guard(replace(profile))
     assert guard.final_metrics(opening()).profile_source == "configured"
+
+
+async def test_the_local_model_profile_compacts_with_the_cjk_aware_estimate() -> None:
+    guard, recorder = new_guard(resolve_profile("smollm2-135m-instruct"))
+    update, _ = await step(guard, [*opening("查一下日志"), *tool_round(1, log_text(200_000))])
+    (compact,) = update["messages"]
+    assert guard.counter.count_text(compact.text) <= guard.budget.tool_output_tokens == 896
+    metrics = recorder.metrics[-1]
+    assert metrics.used_input <= metrics.trigger and metrics.context_window == 4_096
