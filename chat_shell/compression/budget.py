@@ -1,0 +1,127 @@
+"""Budget math per model profile (SPEC 4): pure functions of the profile, no I/O.
+
+The window is split into a flat reserved-output buffer and the available input. Every other
+knob (trigger, keep, chunk size, fixed overhead, summary cap, tool and attachment budgets) is
+derived from the available input unless the profile overrides it, and the token defaults
+shrink with small windows so a 4k-token model gets proportionate budgets instead of the
+defaults meant for a 128k window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from chat_shell.providers.profiles import ModelProfile
+
+RESERVED_SHARE = 0.10
+RESERVED_MIN = 16_000
+RESERVED_MAX = 48_000
+TRIGGER_SHARE = 0.85
+KEEP_SHARE = 0.45
+
+TRIM_TOKENS_TO_SUMMARIZE = 12_000
+OVERHEAD_TOKENS = 4_000
+SUMMARY_MAX_TOKENS = 1_500
+TOOL_OUTPUT_TOKENS = 15_000
+ATTACHMENT_PREVIEW_TOKENS = 15_000
+
+# Caps relative to the available input, so small windows get proportionate defaults.
+OVERHEAD_MAX_SHARE = 0.15
+TOOL_OUTPUT_MAX_SHARE = 0.25
+ATTACHMENT_MAX_SHARE = 0.25
+SUMMARY_MAX_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class Budget:
+    context_window: int
+    reserved_output: int
+    available_input: int
+    trigger: int
+    keep: int
+    trim_tokens_to_summarize: int
+    overhead_tokens: int
+    summary_max_tokens: int
+    tool_output_tokens: int
+    attachment_preview_tokens: int
+    tool_output_overrides: dict[str, int] = field(default_factory=dict)
+
+    def tool_output_limit(self, tool_name: str | None) -> int:
+        """The per-tool output budget: the tool's override, else the default."""
+        if tool_name is not None and tool_name in self.tool_output_overrides:
+            return self.tool_output_overrides[tool_name]
+        return self.tool_output_tokens
+
+
+def reserved_output(context_window: int, max_output_tokens: int) -> int:
+    """`min(clamp(window × 0.10, 16k, 48k), max_output_tokens, window / 2)`."""
+    flat = min(max(int(context_window * RESERVED_SHARE), RESERVED_MIN), RESERVED_MAX)
+    return max(0, min(flat, max_output_tokens, context_window // 2))
+
+
+def _scaled(default: int, available: int, share: float) -> int:
+    return max(1, min(default, int(available * share)))
+
+
+def _explicit(value: int, available: int) -> int:
+    return max(1, min(value, available))
+
+
+def budget_for(profile: ModelProfile) -> Budget:
+    window = profile.context_window
+    reserved = reserved_output(window, profile.max_output_tokens)
+    available = max(1, window - reserved)
+
+    trigger = (
+        _explicit(profile.trigger_tokens, available)
+        if profile.trigger_tokens is not None
+        else int(available * TRIGGER_SHARE)
+    )
+    keep = (
+        _explicit(profile.keep_tokens, available)
+        if profile.keep_tokens is not None
+        else int(available * KEEP_SHARE)
+    )
+    keep = min(keep, trigger)
+
+    summary_cap = (
+        _explicit(profile.summary_max_tokens, available)
+        if profile.summary_max_tokens is not None
+        else _scaled(SUMMARY_MAX_TOKENS, available, SUMMARY_MAX_SHARE)
+    )
+    # The summarizer is the same model: a chunk plus the summary it produces must fit its input.
+    chunk_room = max(1, available - summary_cap)
+    chunk = (
+        _explicit(profile.trim_tokens_to_summarize, chunk_room)
+        if profile.trim_tokens_to_summarize is not None
+        else min(TRIM_TOKENS_TO_SUMMARIZE, chunk_room)
+    )
+    overhead = (
+        max(0, min(profile.overhead_tokens, available))
+        if profile.overhead_tokens is not None
+        else _scaled(OVERHEAD_TOKENS, available, OVERHEAD_MAX_SHARE)
+    )
+    tool_output = (
+        _explicit(profile.tool_output_tokens, available)
+        if profile.tool_output_tokens is not None
+        else _scaled(TOOL_OUTPUT_TOKENS, available, TOOL_OUTPUT_MAX_SHARE)
+    )
+    attachment = (
+        _explicit(profile.attachment_preview_tokens, available)
+        if profile.attachment_preview_tokens is not None
+        else _scaled(min(window // 2, ATTACHMENT_PREVIEW_TOKENS), available, ATTACHMENT_MAX_SHARE)
+    )
+    overrides = {name: _explicit(tokens, available) for name, tokens in profile.tool_output_overrides.items()}
+    return Budget(
+        context_window=window,
+        reserved_output=reserved,
+        available_input=available,
+        trigger=trigger,
+        keep=keep,
+        trim_tokens_to_summarize=chunk,
+        overhead_tokens=overhead,
+        summary_max_tokens=summary_cap,
+        tool_output_tokens=tool_output,
+        attachment_preview_tokens=attachment,
+        tool_output_overrides=overrides,
+    )

@@ -1,0 +1,23 @@
+"""The `GuardFactory` the runtime uses: one `UnifiedContextGuard` per turn attempt."""
+
+from __future__ import annotations
+
+from chat_shell.guard.context_guard import UnifiedContextGuard
+from chat_shell.guard.protocol import GuardContext
+from chat_shell.guard.stages import GuardSource
+from chat_shell.guard.tool_output import ToolOutputSource
+
+
+def default_sources(ctx: GuardContext) -> list[GuardSource]:
+    """The source stages, in order (SPEC 5.2): tool outputs first."""
+    return [ToolOutputSource()]
+
+
+def build_guard(ctx: GuardContext) -> UnifiedContextGuard:
+    return UnifiedContextGuard(
+        ctx.profile,
+        emit=ctx.emit,
+        tool_schemas=ctx.tool_schemas,
+        sources=default_sources(ctx),
+        force_compaction=ctx.force_compaction,
+    )

@@ -1,0 +1,205 @@
+"""The tool-output source (SPEC 5.2.1): over-budget tool results become a stable compact form.
+
+    [tool_output name=run_shell total_tokens=52340 kept_tokens=14790 truncated_tokens=37550]
+    <head: about 60% of the kept tokens>
+    [… 37550 tokens truncated …]
+    <tail: the rest>
+    [exit_code=0 wall_time=1.2s]                       (only when known)
+    [hint: ...how to get the rest...]
+
+Only outputs over the tool's budget change; the compact message keeps the original id (an
+upsert into state) and is marked `compacted`. Re-rendering is idempotent: a compact form that
+fits its policy is left alone, and a stricter policy re-cuts the kept head and tail without
+nesting headers, while `total_tokens` keeps describing the original output. The raw output is
+never touched here: the runtime shows it to the user from the tool result itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage, ToolMessage
+
+from chat_shell.compression.token_counter import IMAGE_PART_TYPES, TokenCounter
+from chat_shell.guard.stages import EMERGENCY_RATIO, SourceContext
+from chat_shell.messages.markers import is_compacted, with_markers
+
+HEAD_SHARE = 0.6
+# Below this many kept tokens a compact form would say nothing useful; the policy floor.
+MIN_KEPT_TOKENS = 32
+_FIT_ATTEMPTS = 4
+
+_HEADER = re.compile(
+    r"\[tool_output name=(?P<name>[^\s\]]+) total_tokens=(?P<total>\d+) "
+    r"kept_tokens=(?P<kept>\d+) truncated_tokens=(?P<cut>\d+)\]"
+)
+_FOOTER = re.compile(r"\[(?=exit_code=|wall_time=)(?:exit_code=-?\d+)? ?(?:wall_time=\d+(?:\.\d+)?s)?\]")
+_HINT_PREFIX = "[hint: "
+
+
+@dataclass(frozen=True)
+class CompactParts:
+    name: str
+    total_tokens: int
+    head: str
+    tail: str
+    footer: str | None
+
+
+def _tool_label(name: str | None) -> str:
+    label = re.sub(r"\s+", "_", name or "").replace("]", "").replace("[", "")
+    return label or "unknown"
+
+
+def _marker(cut: int) -> str:
+    return f"[… {cut} tokens truncated …]"
+
+
+def _hint(name: str, cut: int) -> str:
+    return (
+        f"{_HINT_PREFIX}{cut} tokens of this output are left out here (the user sees all of it). "
+        f"To read them, call {name} again with narrower arguments: a filter, a range or a smaller limit.]"
+    )
+
+
+def footer_for(message: ToolMessage) -> str | None:
+    """`[exit_code=… wall_time=…s]` from the tool's artifact, when the tool reported them."""
+    artifact = message.artifact if isinstance(message.artifact, Mapping) else {}
+    parts = []
+    if isinstance(artifact.get("exit_code"), int):
+        parts.append(f"exit_code={artifact['exit_code']}")
+    if isinstance(artifact.get("wall_time_s"), int | float):
+        parts.append(f"wall_time={float(artifact['wall_time_s']):.1f}s")
+    return f"[{' '.join(parts)}]" if parts else None
+
+
+def _image_placeholder(part: Mapping[str, Any]) -> dict[str, str]:
+    url = part.get("image_url")
+    url = url.get("url") if isinstance(url, Mapping) else url
+    mime = url[5 : url.find(";")] if isinstance(url, str) and url.startswith("data:") and ";" in url else None
+    note = f"image omitted ({mime})" if mime else "image omitted"
+    return {"type": "image", "note": note}
+
+
+def body_text(content: str | list[Any]) -> str:
+    """The output as text: list (multimodal) content as JSON with images replaced by a
+    placeholder, never a Python repr."""
+    if isinstance(content, str):
+        return content
+    parts = [
+        _image_placeholder(p) if isinstance(p, Mapping) and p.get("type") in IMAGE_PART_TYPES else p
+        for p in content
+    ]
+    return json.dumps(parts, ensure_ascii=False, default=str)
+
+
+def render(parts: CompactParts, counter: TokenCounter) -> str:
+    kept = counter.count_text(parts.head) + counter.count_text(parts.tail)
+    cut = max(0, parts.total_tokens - kept)
+    lines = [
+        f"[tool_output name={parts.name} total_tokens={parts.total_tokens} kept_tokens={kept} "
+        f"truncated_tokens={cut}]",
+        parts.head,
+        _marker(cut),
+        parts.tail,
+    ]
+    if parts.footer:
+        lines.append(parts.footer)
+    lines.append(_hint(parts.name, cut))
+    return "\n".join(lines)
+
+
+def parse(text: str) -> CompactParts | None:
+    """The parts of a compact form this module rendered, or None if `text` is not one."""
+    header_end = text.find("\n")
+    header = _HEADER.fullmatch(text[:header_end]) if header_end > 0 else None
+    hint_start = text.rfind("\n" + _HINT_PREFIX)
+    if header is None or hint_start < header_end:
+        return None
+    body = text[header_end + 1 : hint_start]
+    footer = None
+    footer_start = body.rfind("\n")
+    if footer_start >= 0 and _FOOTER.fullmatch(body[footer_start + 1 :]):
+        body, footer = body[:footer_start], body[footer_start + 1 :]
+    marker = "\n" + _marker(int(header["cut"])) + "\n"
+    split = ("\n" + body + "\n").find(marker)
+    if split < 0:
+        return None
+    head = body[: max(0, split - 1)] if split > 0 else ""
+    tail = body[split + len(marker) - 1 :]
+    return CompactParts(header["name"], int(header["total"]), head, tail, footer)
+
+
+def _fit(
+    name: str,
+    total: int,
+    head_from: str,
+    tail_from: str,
+    footer: str | None,
+    limit: int,
+    counter: TokenCounter,
+) -> str:
+    """Cut `head_from`/`tail_from` so the whole compact form fits `limit` tokens."""
+    framing = counter.count_text(render(CompactParts(name, total, "", "", footer), counter))
+    keep = max(MIN_KEPT_TOKENS, limit - framing - 8)
+    text = ""
+    for _ in range(_FIT_ATTEMPTS):
+        head = counter.text.head(head_from, int(keep * HEAD_SHARE))
+        tail_budget = keep - counter.count_text(head)
+        tail = counter.text.tail(tail_from, tail_budget)
+        if head_from is tail_from and len(head) + len(tail) > len(tail_from):
+            tail = tail_from[len(head) :]  # never repeat text the head already holds
+        text = render(CompactParts(name, total, head, tail, footer), counter)
+        over = counter.count_text(text) - limit
+        if over <= 0 or keep == MIN_KEPT_TOKENS:
+            break
+        keep = max(MIN_KEPT_TOKENS, keep - over - 2)
+    return text
+
+
+def compact(message: ToolMessage, limit: int, counter: TokenCounter) -> str | None:
+    """The compact content of `message` under `limit` tokens, or None when it already fits."""
+    content = message.content
+    if counter.count_content(content) <= limit:
+        return None
+    parts = parse(content) if isinstance(content, str) and is_compacted(message) else None
+    if parts is not None:  # already compact: re-cut the kept text, keep the original total
+        text = _fit(parts.name, parts.total_tokens, parts.head, parts.tail, parts.footer, limit, counter)
+    else:
+        body = body_text(content)
+        total = counter.count_text(body)
+        text = _fit(_tool_label(message.name), total, body, body, footer_for(message), limit, counter)
+    return None if text == content else text
+
+
+@dataclass(frozen=True)
+class ToolOutputSource:
+    """Compacts tool results over the per-tool budget of the profile (default 15,000 tokens)."""
+
+    name: str = "tool_output"
+
+    def applies_to(self, message: BaseMessage) -> bool:
+        return isinstance(message, ToolMessage)
+
+    def render(
+        self, message: BaseMessage, tokens: int, ctx: SourceContext, *, emergency: bool
+    ) -> BaseMessage | None:
+        if not isinstance(message, ToolMessage):
+            return None
+        limit = ctx.budget.tool_output_limit(message.name)
+        if emergency:
+            limit = max(1, int(limit * EMERGENCY_RATIO))
+        if tokens <= limit:  # the whole message fits, so its content does
+            return None
+        text = compact(message, limit, ctx.counter)
+        if text is None:
+            return None
+        shown = message.model_copy(update={"content": text})
+        return with_markers(shown, compacted=True, token_count=None)
+
+    def attribute(self, message: BaseMessage, tokens: int, ctx: SourceContext) -> Mapping[str, int]:
+        return {}  # tool messages already count as `tool_outputs`
