@@ -37,8 +37,8 @@ def pdf_bytes(pages: Sequence[str]) -> bytes:
         ops.append(b"ET")
         stream = b"\n".join(ops)
         objects[page_id] = (
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Resources << /Font << /F1 {font_id} 0 R >> >>"
-            f" /Contents {page_id + 1} 0 R >>"
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842]"
+            f" /Resources << /Font << /F1 {font_id} 0 R >> >> /Contents {page_id + 1} 0 R >>"
         ).encode()
         objects[page_id + 1] = f"<< /Length {len(stream)} >>\nstream\n".encode() + stream + b"\nendstream"
     out = io.BytesIO()
@@ -58,8 +58,10 @@ def pdf_bytes(pages: Sequence[str]) -> bytes:
 
 def report_page_text(number: int, lines: int = 40) -> str:
     rng = random.Random(number)
-    body = [f"Quarterly report, page {number}: section {number}.{line} revenue {rng.randint(1000, 99999)} EUR"
-            for line in range(1, lines + 1)]
+    body = [
+        f"Quarterly report, page {number}: section {number}.{line} revenue {rng.randint(1000, 99999)} EUR"
+        for line in range(1, lines + 1)
+    ]
     return "\n".join([f"PAGE-MARKER-{number:03d}", *body])
 
 
@@ -77,9 +79,14 @@ def log_bytes(size: int = 2 * MB, seed: int = 7) -> bytes:
     number = 0
     while total < size:
         number += 1
-        stamp = f"2024-03-{1 + number // 86400 % 28:02d} {number // 3600 % 24:02d}:{number // 60 % 60:02d}:{number % 60:02d}"
+        day, clock = (
+            1 + number // 86400 % 28,
+            f"{number // 3600 % 24:02d}:{number // 60 % 60:02d}:{number % 60:02d}",
+        )
+        stamp = f"2024-03-{day:02d} {clock}"
         if number % 997 == 0:
-            line = f"{stamp} ERROR payment failed incident=INC-{number:05d} order={rng.randint(10**5, 10**6)}\n"
+            order = rng.randint(10**5, 10**6)
+            line = f"{stamp} ERROR payment failed incident=INC-{number:05d} order={order}\n"
         else:
             line = (
                 f"{stamp} INFO request id={rng.getrandbits(32):08x} path=/api/items/{rng.randint(1, 9999)}"
