@@ -39,14 +39,17 @@ def upload_too_large(max_bytes: int) -> ApiError:
 
 def sanitize_filename(raw: str | None) -> str:
     """A display name safe to store and to echo: the last path component, no control or bidi
-    characters, no surrounding blanks or dots, at most MAX_FILENAME_CHARS (extension kept).
+    characters (whitespace controls become spaces), no surrounding blanks or dots, at most
+    MAX_FILENAME_CHARS (extension kept).
 
     Stored files never use this name: they live under generated paths.
     """
     name = unicodedata.normalize("NFC", raw or "").replace("\\", "/")
     name = PurePosixPath(name).name if "/" in name else name
     name = "".join(
-        ch for ch in name if unicodedata.category(ch) not in ("Cc", "Cs") and ch not in _BIDI_CONTROLS
+        " " if ch in "\t\n\r\v\f" else ch
+        for ch in name
+        if ch in "\t\n\r\v\f" or (unicodedata.category(ch) not in ("Cc", "Cs") and ch not in _BIDI_CONTROLS)
     )
     name = " ".join(name.split()).strip(" .")
     if not name:

@@ -114,9 +114,14 @@ def text_encoding(sample: bytes, complete: bool) -> str | None:
         return "utf-8"
     except UnicodeDecodeError:
         pass
-    best = charset_normalizer.from_bytes(sample).best()
+    matches = charset_normalizer.from_bytes(sample)
+    best = matches.best()
     if best is None:
         return None
+    # Equally plausible code pages (cp1250 and cp1252 read most Western text alike): prefer
+    # Windows-1252, by far the most common legacy encoding.
+    tied = [m for m in matches if (m.chaos, m.coherence) == (best.chaos, best.coherence)]
+    best = next((m for m in tied if m.encoding == "cp1252"), best)
     # Mostly control characters means binary, whatever an 8-bit code page would say.
     decoded = str(best)
     controls = sum(1 for ch in decoded if ord(ch) < 32 and ch not in "\t\n\r\f\v\x1b")

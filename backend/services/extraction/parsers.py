@@ -67,9 +67,9 @@ def parse_html(path: Path, detected: DetectedType, writer: ExtractWriter) -> Not
     encoding = detected.encoding or "utf-8"
     markup = "".join(_decoded_chunks(path, encoding))
     soup = BeautifulSoup(markup, "html.parser")
+    title = soup.title.get_text(strip=True) if soup.title else ""
     for hidden in soup(["script", "style", "noscript", "template", "head"]):
         hidden.decompose()
-    title = soup.title.get_text(strip=True) if soup.title else ""
     text = _BLANK_RUNS.sub("\n\n", soup.get_text("\n")).strip()
     writer.write(f"{title}\n\n{text}\n" if title else f"{text}\n")
     return {"encoding": _encoding_name(encoding)}
@@ -129,30 +129,36 @@ def parse_docx(path: Path, detected: DetectedType, writer: ExtractWriter) -> Not
 
 def parse_xlsx(path: Path, detected: DetectedType, writer: ExtractWriter) -> Notes:
     """Sheet by sheet: a `[Sheet: name]` line, then each row as tab-separated cell values."""
-    try:
-        workbook = openpyxl.load_workbook(path, read_only=True, data_only=True)
-    except Exception as exc:  # zipfile and openpyxl errors on damaged files
-        raise ExtractionFailed(f"the XLSX could not be read ({_describe(exc, path)})") from exc
+    # A file object, not the path: openpyxl refuses paths without an Excel extension.
+    with path.open("rb") as handle:
+        try:
+            workbook = openpyxl.load_workbook(handle, read_only=True, data_only=True)
+        except Exception as exc:  # zipfile and openpyxl errors on damaged files
+            raise ExtractionFailed(f"the XLSX could not be read ({_describe(exc, path)})") from exc
+        try:
+            return _write_sheets(workbook, writer)
+        except Exception as exc:
+            raise ExtractionFailed(f"the XLSX could not be read ({_describe(exc, path)})") from exc
+        finally:
+            workbook.close()
+
+
+def _write_sheets(workbook: openpyxl.Workbook, writer: ExtractWriter) -> Notes:
     rows = 0
     sheets: list[str] = []
-    try:
-        for sheet in workbook.worksheets:
-            sheets.append(sheet.title)
-            if not writer.write(f"[Sheet: {sheet.title}]\n"):
+    for sheet in workbook.worksheets:
+        sheets.append(sheet.title)
+        if not writer.write(f"[Sheet: {sheet.title}]\n"):
+            break
+        for values in sheet.iter_rows(values_only=True):
+            cells = ["" if value is None else str(value) for value in values]
+            while cells and not cells[-1]:
+                cells.pop()
+            rows += 1
+            if not writer.write("\t".join(cells) + "\n"):
                 break
-            for values in sheet.iter_rows(values_only=True):
-                cells = ["" if value is None else str(value) for value in values]
-                while cells and not cells[-1]:
-                    cells.pop()
-                rows += 1
-                if not writer.write("\t".join(cells) + "\n"):
-                    break
-            if writer.full or not writer.write("\n"):
-                break
-    except Exception as exc:
-        raise ExtractionFailed(f"the XLSX could not be read ({_describe(exc, path)})") from exc
-    finally:
-        workbook.close()
+        if writer.full or not writer.write("\n"):
+            break
     return {"sheets": sheets, "rows": rows}
 
 
