@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import httpx
 import tiktoken
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.app import create_app
 from backend.db import create_engine, session_factory
@@ -27,8 +28,10 @@ def count_tokens(text: str) -> int:
 
 @dataclass
 class AttachmentWorld:
+    base_url: str
     client: httpx.AsyncClient
     conversation_id: int
+    sessions: async_sessionmaker[AsyncSession]
     reader: DatabaseAttachmentReader
 
     async def attach(self, filename: str, data: bytes) -> int:
@@ -45,8 +48,9 @@ async def attachment_world(settings: Settings, username: str = "alice") -> Async
             client = await new_user(base_url, username)
             try:
                 made = await client.post("/api/conversations", json={"title": "with files"})
-                reader = DatabaseAttachmentReader(session_factory(engine), settings)
-                yield AttachmentWorld(client, made.json()["id"], reader)
+                sessions = session_factory(engine)
+                reader = DatabaseAttachmentReader(sessions, settings)
+                yield AttachmentWorld(base_url, client, made.json()["id"], sessions, reader)
             finally:
                 await client.aclose()
     finally:
