@@ -61,36 +61,36 @@ class DatabaseAttachmentReader:
         return row
 
     async def _load(self, conversation_id: int, attachment_id: int) -> Attachment:
+        # One query on the hot path (previews read head and tail of many attachments): the
+        # attachment, if the conversation exists and has the same owner.
+        owner = (
+            select(Conversation.owner_id)
+            .where(Conversation.id == conversation_id, Conversation.deleted_at.is_(None))
+            .scalar_subquery()
+        )
         async with self._sessions() as db:
-            conversation = await db.scalar(
-                select(Conversation).where(
-                    Conversation.id == conversation_id, Conversation.deleted_at.is_(None)
-                )
+            row = await db.scalar(
+                select(Attachment).where(Attachment.id == attachment_id, Attachment.owner_id == owner)
             )
-            row = await db.get(Attachment, attachment_id)
-            if (
-                conversation is None
-                or row is None
-                or row.owner_id != conversation.owner_id
-                or not await _belongs(db, conversation, row)
-            ):
+            if row is None or not await _belongs(db, conversation_id, row):
                 raise LookupError(
                     f"attachment {attachment_id} is not available in this conversation "
                     "(unknown id, or attached to another conversation)"
                 )
-            if row.deleted_at is not None:
-                raise LookupError(
-                    f"attachment {attachment_id} ({row.filename}) was deleted by its owner; "
-                    "its content is no longer available"
-                )
-            return row
+        if row.deleted_at is not None:
+            raise LookupError(
+                f"attachment {attachment_id} ({row.filename}) was deleted by its owner; "
+                "its content is no longer available"
+            )
+        return row
 
 
-async def _belongs(db: AsyncSession, conversation: Conversation, row: Attachment) -> bool:
-    if row.conversation_id == conversation.id:
+async def _belongs(db: AsyncSession, conversation_id: int, row: Attachment) -> bool:
+    if row.conversation_id == conversation_id:
         return True
     if row.conversation_id is None or row.message_pk is None:
         return False
+    conversation = await db.get_one(Conversation, conversation_id)
     for level in (await conversations.lineage(db, conversation))[1:]:
         if level.conversation_id == row.conversation_id:
             message_id = await db.scalar(select(Message.message_id).where(Message.id == row.message_pk))

@@ -61,6 +61,7 @@ class PreviewStats:
     unavailable: int
     # Tokens the attachments' full text would take (exact when shown whole, estimated when cut).
     source_tokens: int
+    # The rendered block's tokens: exact, or an upper bound that is within the budget.
     preview_tokens: int
 
 
@@ -313,8 +314,10 @@ class AttachmentPreviewer:
         if plans is None:
             return None
         for _ in range(_MAX_SHRINK_ROUNDS):
-            text = self._assemble(entries, plans)
-            tokens = self._count(text)
+            text, bound = self._assemble(entries, plans)
+            # The sum of the parts' counts (plus one per line join) bounds the block's count;
+            # only when that bound is over budget is the whole block counted exactly.
+            tokens = bound if bound <= self._budget else self._count(text)
             if tokens <= self._budget:
                 return RenderedPreview(text, self._stats(entries, plans, tokens))
             plans = self._shrink(plans, tokens - self._budget)
@@ -368,21 +371,18 @@ class AttachmentPreviewer:
         total = entry.ref.extracted_chars
         head_budget = int(allocation * HEAD_SHARE)
         tail_budget = allocation - head_budget
+        head_fetch = min(total, head_budget * FETCH_CHARS_PER_TOKEN)
+        # The tail is fetched from beyond the head's fetch, so the two never overlap.
+        tail_from = max(head_fetch, total - tail_budget * FETCH_CHARS_PER_TOKEN)
         if whole is not None:
-            head_source = whole[: head_budget * FETCH_CHARS_PER_TOKEN]
+            head_source, tail_source = whole[:head_fetch], whole[tail_from:]
         else:
-            page = await self._reader.read(
-                self._conversation_id, entry.attachment_id, 0, min(total, head_budget * FETCH_CHARS_PER_TOKEN)
-            )
+            page = await self._reader.read(self._conversation_id, entry.attachment_id, 0, head_fetch)
             head_source = page.text
-        head, head_tokens = fit_prefix(head_source, head_budget, self._count)
-        tail_from = max(len(head), total - tail_budget * FETCH_CHARS_PER_TOKEN)
-        if whole is not None:
-            tail_source = whole[tail_from:]
-        else:
             tail_source = await self._reader.tail(
                 self._conversation_id, entry.attachment_id, total - tail_from
             )
+        head, head_tokens = fit_prefix(head_source, head_budget, self._count)
         tail, tail_tokens = fit_suffix(tail_source, tail_budget, self._count)
         return _Cut(head, tail, head_tokens, tail_tokens, total, head_source, tail_source)
 
@@ -404,34 +404,41 @@ class AttachmentPreviewer:
             )
         return shrunk
 
-    def _assemble(self, entries: Sequence[_Entry], plans: dict[int, _Plan]) -> str:
+    def _assemble(self, entries: Sequence[_Entry], plans: dict[int, _Plan]) -> tuple[str, int]:
+        """The block, and an upper bound of its tokens (the parts' counts plus one per join)."""
         n = len(entries)
         opening, closing = self._frame(entries)
-        parts = [opening]
+        parts: list[tuple[str, int | None]] = [(opening, None)]
         header_only = 0
         for entry in entries:
             if not entry.readable:
-                parts += [_header(entry, n, "0", False), _note(entry)]
+                parts += [(_header(entry, n, "0", False), None), (_note(entry), None)]
                 continue
             assert entry.ref is not None
             plan = plans[entry.position]
             if isinstance(plan, _Whole):
-                parts += [_header(entry, n, f"{plan.tokens:,}", False), plan.text.rstrip("\n")]
+                parts += [
+                    (_header(entry, n, f"{plan.tokens:,}", False), None),
+                    (plan.text.rstrip("\n"), plan.tokens),
+                ]
             elif isinstance(plan, _Cut):
                 parts += [
-                    _header(entry, n, f"~{plan.estimated_tokens:,}", True),
-                    plan.head.rstrip("\n"),
-                    _omission(len(plan.head), plan.tail_start),
-                    plan.tail.rstrip("\n"),
-                    _hint(entry.ref, len(plan.head)),
+                    (_header(entry, n, f"~{plan.estimated_tokens:,}", True), None),
+                    (plan.head.rstrip("\n"), plan.head_tokens),
+                    (_omission(len(plan.head), plan.tail_start), None),
+                    (plan.tail.rstrip("\n"), plan.tail_tokens),
+                    (_hint(entry.ref, len(plan.head)), None),
                 ]
             else:
                 header_only += 1
-                parts.append(_header(entry, n, "not counted", True))
+                parts.append((_header(entry, n, "not counted", True), None))
         if header_only:
-            parts.append(self._header_only_footer(header_only, sum(1 for e in entries if e.readable)))
-        parts.append(closing)
-        return "\n".join(parts)
+            parts.append((self._header_only_footer(header_only, sum(1 for e in entries if e.readable)), None))
+        parts.append((closing, None))
+        bound = (
+            sum(self._count(text) if tokens is None else tokens for text, tokens in parts) + len(parts) - 1
+        )
+        return "\n".join(text for text, _ in parts), bound
 
     @staticmethod
     def _header_only_footer(header_only: int, readable: int) -> str:

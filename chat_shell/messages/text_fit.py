@@ -30,7 +30,7 @@ def fit_prefix(
     that count."""
     if max_tokens <= 0 or not text:
         return "", 0
-    sample = text[:_SAMPLE_CHARS]
+    sample = text[: _sample_chars(max_tokens)]
     sample_tokens = count(measure(sample))
     if len(sample) == len(text) and sample_tokens <= max_tokens:
         return text, sample_tokens
@@ -54,7 +54,7 @@ def fit_suffix(
     that count."""
     if max_tokens <= 0 or not text:
         return "", 0
-    sample = text[-_SAMPLE_CHARS:]
+    sample = text[-_sample_chars(max_tokens) :]
     sample_tokens = count(measure(sample))
     if len(sample) == len(text) and sample_tokens <= max_tokens:
         return text, sample_tokens
@@ -69,6 +69,11 @@ def fit_suffix(
         if keep <= 0:
             break
     return "", 0
+
+
+def _sample_chars(max_tokens: int) -> int:
+    # About the size of the answer for ordinary text, so a short text is often done in one count.
+    return max(256, min(_SAMPLE_CHARS, 3 * max_tokens))
 
 
 def _snap_end(text: str, cut: int) -> str:

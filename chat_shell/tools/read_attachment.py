@@ -27,8 +27,6 @@ DEFAULT_MAX_CALLS = 30
 MESSAGE_OVERHEAD_TOKENS = 32
 # Characters fetched per token of page budget; a page is then cut to fit exactly.
 FETCH_CHARS_PER_TOKEN = 4
-_MAX_FIT_ROUNDS = 4
-_FIT_SLACK = 4
 DESCRIPTION = (
     "Read the extracted text of a file the user attached, page by page. Attachments are shown to "
     "you as previews; call this to read the parts the preview left out. `offset` is a character "
@@ -59,11 +57,6 @@ class ReadAttachmentSession:
     def page_tokens(self) -> int:
         """Tokens one whole tool result may take."""
         return self.budget_tokens - MESSAGE_OVERHEAD_TOKENS
-
-
-def _escaped(text: str) -> str:
-    """`text` as it appears inside the JSON result (quotes, backslashes, control characters)."""
-    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def _result(
@@ -133,18 +126,16 @@ async def read_attachment(
         page = await session.reader.read(session.conversation_id, attachment_id, offset, wanted)
     except LookupError as exc:
         raise ToolException(str(exc)) from exc
-    # Token merges where the content meets the envelope can add a token or two: verify the
-    # result as sent and shrink until it fits.
-    for _ in range(_MAX_FIT_ROUNDS):
-        content, _ = fit_prefix(page.text, content_budget, session.count, measure=_escaped)
-        if not content and page.text:
-            break
-        result = _result(ref, page.offset, content, page.truncated_at_parse)
-        over = session.count(result) - session.page_tokens
-        if over <= 0:
-            return result
-        content_budget -= over + _FIT_SLACK
-    raise ToolException("the tool-output budget is too small to return any text")
+    # Fitting measures the exact result (envelope, escaping and all) for each candidate page.
+    content, _ = fit_prefix(
+        page.text,
+        session.page_tokens,
+        session.count,
+        measure=lambda candidate: _result(ref, page.offset, candidate, page.truncated_at_parse),
+    )
+    if not content and page.text:
+        raise ToolException("the tool-output budget is too small to return any text")
+    return _result(ref, page.offset, content, page.truncated_at_parse)
 
 
 def make_read_attachment_tool(

@@ -72,7 +72,8 @@ async def test_small_attachments_are_shown_whole(world: AttachmentWorld) -> None
     assert [m[3] for m in HEADER.findall(rendered.text)] == ["no", "no"]
     assert f"| Tokens: {count_tokens(notes)} |" in rendered.text
     assert "read_attachment" not in rendered.text
-    assert rendered.stats.shown_whole == 2 and rendered.stats.preview_tokens == count_tokens(rendered.text)
+    assert rendered.stats.shown_whole == 2
+    assert count_tokens(rendered.text) <= rendered.stats.preview_tokens <= 15_000
 
 
 async def test_water_filling_smallest_first_with_head_and_tail(world: AttachmentWorld) -> None:
