@@ -25,6 +25,7 @@ from pathlib import Path
 
 import tiktoken
 from alembic import command
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.db import alembic_config, create_engine, session_factory
 from backend.models import Conversation, User
@@ -55,7 +56,8 @@ def log_text(chars: int, seed: int) -> str:
         number += 1
         line = (
             f"2024-05-{1 + number % 28:02d} {number % 24:02d}:{number % 60:02d}:{number * 7 % 60:02d} "
-            f"INFO id={rng.getrandbits(32):08x} {' '.join(rng.choices(words, k=6))} ms={rng.randint(1, 999)}\n"
+            f"INFO id={rng.getrandbits(32):08x} {' '.join(rng.choices(words, k=6))}"
+            f" ms={rng.randint(1, 999)}\n"
         )
         lines.append(line)
         total += len(line)
@@ -80,8 +82,13 @@ def summary(samples: list[float]) -> str:
 
 
 async def ingest(
-    settings: Settings, sessions, owner: User, conversation_id: int, name: str, text: str
-) -> int:  # type: ignore[no-untyped-def]
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    owner: User,
+    conversation_id: int,
+    name: str,
+    text: str,
+) -> int:
     data = text.encode()
     path = attachments.new_upload_path(settings, owner.id)
     path.parent.mkdir(parents=True)
@@ -123,9 +130,8 @@ async def run(quick: bool) -> bool:
         big = await ingest(
             settings, sessions, owner, conversation.id, "huge.log", log_text(extract_chars, 99)
         )
-        print(
-            f"setup: ingested {10 * per_file:,} + {extract_chars:,} characters in {time.perf_counter() - started:.1f} s"
-        )
+        elapsed = time.perf_counter() - started
+        print(f"setup: ingested {10 * per_file:,} + {extract_chars:,} characters in {elapsed:.1f} s")
 
         async def preview_once() -> object:
             rendered = await AttachmentPreviewer(reader, conversation.id, 15_000, count_tokens).render(

@@ -67,6 +67,18 @@ async def test_other_users_attachments_are_not_found(
     ).content == b"the launch code is 0000\n"
 
 
+async def test_out_of_range_ids_are_rejected_not_crashing(alice: httpx.AsyncClient) -> None:
+    huge = 2**70
+    for method, path in [
+        ("GET", f"/api/attachments/{huge}"),
+        ("GET", f"/api/attachments/{huge}/text"),
+        ("DELETE", f"/api/attachments/{huge}"),
+        ("GET", "/api/attachments/0"),
+    ]:
+        assert (await alice.request(method, path)).status_code == 422, path
+    assert (await upload(alice, "a.txt", b"x", conversation_id=huge)).status_code == 422
+
+
 async def test_upload_needs_login_and_csrf(alice: httpx.AsyncClient, anonymous: httpx.AsyncClient) -> None:
     body = multipart_body("a.txt", b"x")
     assert (

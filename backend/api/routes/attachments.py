@@ -9,7 +9,7 @@ import asyncio
 import shutil
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, status
+from fastapi import APIRouter, Path, Query, Request, status
 from fastapi.responses import FileResponse
 
 from backend.api.deps import Ctx, CurrentUser, Db
@@ -21,6 +21,9 @@ from backend.services.uploads import CONVERSATION_FIELD, FILE_FIELD, receive_fil
 
 router = APIRouter(prefix="/api/attachments", tags=["attachments"])
 MAX_TEXT_PAGE = 100_000
+# Ids are 64-bit integers in the database; a larger number is simply not found.
+MAX_ID = 2**63 - 1
+AttachmentId = Annotated[int, Path(ge=1, le=MAX_ID)]
 _UPLOAD_BODY = {
     "requestBody": {
         "required": True,
@@ -64,8 +67,8 @@ def attachment_out(row: Attachment) -> AttachmentOut:
 def _conversation_id(raw: str | None) -> int | None:
     if raw is None or raw.strip() == "":
         return None
-    if not raw.strip().isdigit():
-        raise ApiError(422, "validation_error", f"{CONVERSATION_FIELD}: must be an integer")
+    if not raw.strip().isdigit() or not 1 <= int(raw) <= MAX_ID:
+        raise ApiError(422, "validation_error", f"{CONVERSATION_FIELD}: must be a conversation id")
     return int(raw)
 
 
@@ -77,7 +80,7 @@ async def upload_attachment(
     user: CurrentUser,
     db: Db,
     ctx: Ctx,
-    conversation_id: Annotated[int | None, Query(ge=1)] = None,
+    conversation_id: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
 ) -> AttachmentOut:
     """Multipart field `file` (and optionally `conversation_id`, as a field or query parameter).
 
@@ -106,12 +109,14 @@ async def upload_attachment(
 
 
 @router.get("/{attachment_id}", response_model=AttachmentOut)
-async def get_attachment(attachment_id: int, user: CurrentUser, db: Db) -> AttachmentOut:
+async def get_attachment(attachment_id: AttachmentId, user: CurrentUser, db: Db) -> AttachmentOut:
     return attachment_out(await attachments.get_owned(db, user, attachment_id))
 
 
 @router.get("/{attachment_id}/download", response_class=FileResponse)
-async def download_attachment(attachment_id: int, user: CurrentUser, db: Db, ctx: Ctx) -> FileResponse:
+async def download_attachment(
+    attachment_id: AttachmentId, user: CurrentUser, db: Db, ctx: Ctx
+) -> FileResponse:
     """The original bytes, always as a download (never rendered inline by the browser)."""
     row = await attachments.get_owned(db, user, attachment_id)
     path = attachments.absolute(ctx.settings, row.storage_path)
@@ -132,7 +137,7 @@ async def download_attachment(attachment_id: int, user: CurrentUser, db: Db, ctx
 
 @router.get("/{attachment_id}/text", response_model=AttachmentTextPage)
 async def read_attachment_text(
-    attachment_id: int,
+    attachment_id: AttachmentId,
     user: CurrentUser,
     db: Db,
     ctx: Ctx,
@@ -161,7 +166,7 @@ async def read_attachment_text(
 
 
 @router.delete("/{attachment_id}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_attachment(attachment_id: int, user: CurrentUser, db: Db, ctx: Ctx) -> None:
+async def delete_attachment(attachment_id: AttachmentId, user: CurrentUser, db: Db, ctx: Ctx) -> None:
     """Removes the file and its text. If it was already sent, the message keeps listing it as
     deleted (name and size), and the model is told it was deleted."""
     await attachments.delete(db, ctx.settings, await attachments.get_owned(db, user, attachment_id))
