@@ -1,6 +1,6 @@
 """attachment tombstones and duplicate lookup
 
-Revision ID: 0002
+Revision ID: 0003
 Revises: 0001
 Create Date: 2026-11-30 09:00:00.000000
 """
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0002"
+revision: str = "0003"
 down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
