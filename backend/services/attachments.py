@@ -219,9 +219,9 @@ async def link_to_message(
     rows = {
         row.id: row
         for row in await db.scalars(
-            select(Attachment).where(
-                Attachment.id.in_(wanted), Attachment.owner_id == user.id, Attachment.deleted_at.is_(None)
-            )
+            select(Attachment)
+            .where(Attachment.id.in_(wanted), Attachment.owner_id == user.id, Attachment.deleted_at.is_(None))
+            .with_for_update()
         )
     }
     for attachment_id in wanted:
