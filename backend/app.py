@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from backend.api.errors import install_error_handlers
 from backend.api.limits import BodySizeLimit
-from backend.api.routes import auth, conversations, health
+from backend.api.routes import attachments, auth, conversations, health
 from backend.context import AppContext
 from backend.db import check_schema, create_engine, session_factory
 from backend.settings import Settings, get_settings
@@ -33,6 +33,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodySizeLimit, max_bytes=settings.max_request_bytes, exempt_prefixes=("/api/attachments",)
     )
     install_error_handlers(app)
-    for module in (auth, conversations, health):
+    for module in (auth, conversations, attachments, health):
         app.include_router(module.router)
     return app

@@ -51,6 +51,9 @@ class ChainMetadata(BaseModel):
     source_message_id: int | None = None
     source_status: str | None = None
     attachment_ids: list[int] | None = None
+    # The content already carries the rendered preview of `attachment_ids` (SPEC 5.2.2), so a
+    # reloaded message is never previewed twice.
+    attachment_preview: bool | None = None
 
 
 class ToolCall(BaseModel):
@@ -80,6 +83,23 @@ class ChainMessage(BaseModel):
 # ---------------------------------------------------------------------------
 
 
+AttachmentKind = Literal[
+    "empty",
+    "text",
+    "code",
+    "markdown",
+    "log",
+    "table",
+    "json",
+    "html",
+    "pdf",
+    "docx",
+    "xlsx",
+    "image",
+    "binary",
+]
+
+
 class AttachmentRef(BaseModel):
     """What chat_shell knows about an attachment without reading its text."""
 
@@ -90,9 +110,13 @@ class AttachmentRef(BaseModel):
     mime_type: str
     size_bytes: int
     status: Literal["uploading", "ready", "failed"]
+    # What the content is (detected from the bytes); drives type-aware preview hints.
+    kind: AttachmentKind | None = None
     extracted_chars: int = 0
     truncated_at_parse: bool = False
-    note: str | None = None
+    pages: int | None = None  # PDFs
+    rows: int | None = None  # CSV/TSV and spreadsheets
+    note: str | None = None  # e.g. why extraction failed, or that the text was truncated
 
 
 class UserInput(BaseModel):

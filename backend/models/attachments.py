@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Integer, String, Text
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from backend.models.base import Base, BigId, JsonDoc, UtcDateTime, utcnow
@@ -20,6 +20,8 @@ class AttachmentStatus(StrEnum):
 
 class Attachment(Base):
     __tablename__ = "attachments"
+    # Duplicate uploads of one owner find an earlier extraction to reuse.
+    __table_args__ = (Index("ix_attachments_owner_sha256", "owner_id", "sha256"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
@@ -42,3 +44,6 @@ class Attachment(Base):
     extracted_chars: Mapped[int] = mapped_column(Integer, default=0)
     parse_notes: Mapped[dict[str, Any] | None] = mapped_column(JsonDoc, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    # A sent attachment that its owner deleted: bytes and text are gone, the row stays so the
+    # message it was sent with still shows the file's name and size (marked deleted).
+    deleted_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)

@@ -71,6 +71,8 @@ class AttachmentSummary(BaseModel):
     mime_type: str
     size_bytes: int
     status: str
+    # Deleted by its owner after it was sent: the message still lists it, without content.
+    deleted: bool = False
 
 
 class MessageOut(BaseModel):

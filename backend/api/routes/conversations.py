@@ -134,6 +134,7 @@ async def list_messages(
                     mime_type=a.mime_type,
                     size_bytes=a.size_bytes,
                     status=a.status,
+                    deleted=a.deleted_at is not None,
                 )
                 for a in files.get(row.id, [])
             ],
