@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from backend.services.broker import LocalBroker
+from backend.services.turn_runner import TurnRunner
 from backend.settings import Settings
 
 
@@ -14,3 +16,5 @@ class AppContext:
     settings: Settings
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
+    broker: LocalBroker
+    runner: TurnRunner

@@ -6,11 +6,14 @@ Package mode (default): `ChatShell` in this process. Service mode: `RemoteChatSh
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI
 
 from backend.settings import Settings
 from chat_shell.api.app import create_service_app as create_chat_shell_app
-from chat_shell.contracts import AttachmentReader, HistoryLoader, TurnRunner
+from chat_shell.contracts import AttachmentReader, HistoryLoader, TurnRuntime
 from chat_shell.guard.protocol import GuardFactory
 from chat_shell.providers.openai import ProviderConfig
 from chat_shell.remote import RemoteChatShell
@@ -76,13 +79,26 @@ def build_runtime(
     guard_factory: GuardFactory | None = None,
     history_loader: HistoryLoader | None = None,
     attachments: AttachmentReader | None = None,
-) -> TurnRunner:
+) -> TurnRuntime:
     """The runtime for the backend: in-process, or a client of the chat_shell service."""
     if settings.runtime_mode == "service":
         return RemoteChatShell(settings.service_url, token=settings.service_token)
     return build_chat_shell(
         settings, guard_factory=guard_factory, history_loader=history_loader, attachments=attachments
     )
+
+
+@asynccontextmanager
+async def open_runtime(
+    settings: Settings, *, attachments: AttachmentReader | None = None
+) -> AsyncIterator[TurnRuntime]:
+    """The backend's runtime for the lifetime of the app; a service client is closed on exit."""
+    runtime = build_runtime(settings, attachments=attachments)
+    try:
+        yield runtime
+    finally:
+        if isinstance(runtime, RemoteChatShell):
+            await runtime.aclose()
 
 
 def create_service_app(

@@ -48,9 +48,11 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
     max_extracted_chars: int = Field(default=20_000_000, gt=0)
 
-    # Turns
+    # Turns and their delivery
     tool_call_limit: int = Field(default=30, gt=0)
+    system_prompt: str | None = None
     event_log_retention_days: int = Field(default=7, ge=0)
+    sse_ping_seconds: float = Field(default=15.0, gt=0)
 
     # Operators
     telemetry_enabled: bool = True

@@ -357,11 +357,11 @@ class AttachmentPage(BaseModel):
     truncated_at_parse: bool = False
 
 
-class TurnRunner(Protocol):
-    """What the backend drives: `ChatShell` in package mode, `RemoteChatShell` in service mode.
+class TurnRuntime(Protocol):
+    """What the backend runs a turn with: chat_shell in-process, or a client of the service.
 
-    The events start with `turn.started` and end with exactly one terminal event; setting
-    `cancel` stops the turn, which then ends with `turn.cancelled` and the partial output.
+    Yields `turn.started` first and exactly one terminal event last; setting `cancel` stops the
+    turn, which then ends with `turn.cancelled` carrying the partial output.
     """
 
     def run(self, request: TurnRequest, cancel: asyncio.Event | None = None) -> AsyncIterator[TurnEvent]: ...

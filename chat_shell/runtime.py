@@ -21,7 +21,7 @@ from langgraph.graph.state import CompiledStateGraph
 from chat_shell.agents.builder import build_agent
 from chat_shell.agents.runner import TurnExecution, TurnSetup
 from chat_shell.contracts import TERMINAL_EVENT_TYPES, AttachmentReader, HistoryLoader, TurnEvent, TurnRequest
-from chat_shell.guard.passthrough import passthrough_guard_factory
+from chat_shell.guard.factory import build_guard
 from chat_shell.guard.protocol import GuardFactory
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
 from chat_shell.providers.profiles import ModelProfile, resolve_profile
@@ -57,7 +57,7 @@ class ChatShell:
         self.config = config
         self.tools = tools if tools is not None else default_tools()
         self.checkpointer = InMemorySaver()
-        self._guard_factory = guard_factory or passthrough_guard_factory
+        self._guard_factory = guard_factory or build_guard
         self._history_loader = history_loader
         self._attachments = attachments
         self._tool_schemas = self.tools.schemas()

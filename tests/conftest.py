@@ -75,6 +75,8 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
             "data_dir": tmp_path / "data",
             "database_url": database_url,
             "local_model": "off",
+            # Nothing listens here; tests that run turns point this at the scripted provider.
+            "openai_base_url": "http://127.0.0.1:9/v1",
             "telemetry_enabled": False,
         }
         values.update(overrides)

@@ -49,6 +49,10 @@ class Turn(Base):
     error_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
     error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    # Which process runs the turn, and when it last said so: a turn whose runner stopped
+    # heartbeating was left behind by a crash and becomes `interrupted`.
+    runner_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # Set once the event rows were pruned; replay is then synthesized from the stored message.
     events_pruned_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # Per-turn figures for operators' dashboards, aggregated in SQL.

@@ -92,3 +92,22 @@ class MessageOut(BaseModel):
 class MessagePage(BaseModel):
     items: list[MessageOut]
     has_more: bool
+
+
+class SendMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(default="", max_length=200_000)
+    attachment_ids: list[int] = Field(default_factory=list, max_length=100)
+
+
+class TurnStartedOut(BaseModel):
+    turn_id: int
+    user_message: MessageOut
+    assistant_message: MessageOut
+    conversation: ConversationOut | None = None
+
+
+class StopOut(BaseModel):
+    turn_id: int
+    status: str

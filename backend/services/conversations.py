@@ -196,12 +196,16 @@ def user_visible_result(result: dict[str, Any] | None) -> dict[str, Any] | None:
 async def fork(
     db: AsyncSession, user: User, conversation: Conversation, message_id: int, title: str | None
 ) -> Conversation:
-    levels = await lineage(db, conversation)
-    message = await find_visible_message(db, levels, message_id)
-    if message is None:
-        raise not_found("message")
-    if message.role == Role.ASSISTANT and message.status in (MessageStatus.RUNNING, MessageStatus.PENDING):
-        raise ApiError(409, "message_not_finished", "wait for the reply to finish before forking at it")
+    # Fork point 0 inherits nothing (regenerating the first message).
+    if message_id > 0:
+        message = await find_visible_message(db, await lineage(db, conversation), message_id)
+        if message is None:
+            raise not_found("message")
+        if message.role == Role.ASSISTANT and message.status in (
+            MessageStatus.RUNNING,
+            MessageStatus.PENDING,
+        ):
+            raise ApiError(409, "message_not_finished", "wait for the reply to finish before forking at it")
     child = Conversation(
         owner_id=user.id,
         title=title or conversation.title,

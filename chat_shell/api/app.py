@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
-from chat_shell.contracts import TurnRequest, TurnRunner
+from chat_shell.contracts import TurnRequest, TurnRuntime
 
 
 class ServiceError(Exception):
@@ -26,7 +26,7 @@ class ServiceError(Exception):
         self.status, self.code, self.message = status, code, message
 
 
-def create_service_app(runtime: TurnRunner, *, service_token: str | None = None) -> FastAPI:
+def create_service_app(runtime: TurnRuntime, *, service_token: str | None = None) -> FastAPI:
     app = FastAPI(title="chat_shell", version="0.1.0")
     running: dict[int, asyncio.Event] = {}
 

@@ -30,6 +30,7 @@ def live_api(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) ->
         data_dir=directory / "data",
         database_url=databases.sqlite_copy(sqlite_template, directory),
         local_model="off",
+        openai_base_url="http://127.0.0.1:9/v1",
         telemetry_enabled=False,
     )
     with serve_in_thread(create_app(settings)) as base_url, httpx.Client(base_url=base_url) as client:

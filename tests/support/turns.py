@@ -9,7 +9,7 @@ from chat_shell.contracts import (
     ChainMessage,
     TurnEvent,
     TurnRequest,
-    TurnRunner,
+    TurnRuntime,
     UserInput,
 )
 
@@ -34,7 +34,7 @@ def make_request(
     )
 
 
-async def collect(runner: TurnRunner, request: TurnRequest, **kwargs: Any) -> list[TurnEvent]:
+async def collect(runner: TurnRuntime, request: TurnRequest, **kwargs: Any) -> list[TurnEvent]:
     """All events of one turn, checking the envelope: started first, one terminal event last."""
     events = [event async for event in runner.run(request, **kwargs)]
     assert events[0].type == "turn.started", events[0]

@@ -1,21 +1,17 @@
-"""The demonstration end to end: a real turn through the runtime and the scripted provider.
-
-Written against the turn runtime's API (`ChatShell`, the `make_shell`/`scripted_provider`
-fixtures of `tests/chat_shell/conftest.py`, `tests/support/turns.py`), which lives on the
-runtime branch. The runtime imports sit inside the test so this module collects without it;
-remove the skip mark once the runtime is merged.
-"""
+"""The demonstration end to end: a real turn through the runtime and the scripted provider."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
+from langchain_core.tools import tool
 
 from chat_shell.compression.token_counter import TiktokenText, TokenCounter
+from chat_shell.guard.factory import build_guard
+from chat_shell.tools.registry import ToolRegistry
+from tests.support.scripted_provider import count_prompt_tokens, text, tool_call
 from tests.support.texts import log_text
-
-pytestmark = pytest.mark.skip(reason="needs runtime branch")
+from tests.support.turns import collect, make_request
 
 EXACT = TokenCounter(TiktokenText())
 HIDDEN_OVERHEAD = 1_200
@@ -24,13 +20,6 @@ HIDDEN_OVERHEAD = 1_200
 async def test_a_200000_character_tool_output_is_compact_for_the_model_and_whole_for_the_user(
     make_shell: Any, scripted_provider: Any
 ) -> None:
-    from chat_shell.tools.registry import ToolRegistry
-    from langchain_core.tools import tool
-
-    from chat_shell.guard.factory import build_guard
-    from tests.support.scripted_provider import count_prompt_tokens, text, tool_call
-    from tests.support.turns import collect, make_request
-
     raw = log_text(200_000)
     assert len(raw) == 200_000
 

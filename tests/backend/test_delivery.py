@@ -1,0 +1,275 @@
+"""Turn delivery: background turns, the durable event log, resumable SSE, stop, and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import httpx
+import pytest
+
+from tests.support.scripted_provider import ScriptedProvider, text, tool_call
+from tests.support.sse import read_stream
+
+ANSWER = "Kyoto in spring: cherry blossoms along the Philosopher's Path, 京都の春は美しい. " * 3
+
+
+async def _conversation(client: httpx.AsyncClient, title: str = "chat") -> int:
+    return (await client.post("/api/conversations", json={"title": title})).json()["id"]
+
+
+async def _send(
+    client: httpx.AsyncClient, cid: int, content: str = "Tell me about Kyoto", **params: str
+) -> dict:
+    response = await client.post(
+        f"/api/conversations/{cid}/messages", json={"content": content}, params=params
+    )
+    assert response.status_code in (200, 202), response.text
+    return response.json()
+
+
+async def _stored(client: httpx.AsyncClient, cid: int) -> list[dict]:
+    return (await client.get(f"/api/conversations/{cid}/messages")).json()["items"]
+
+
+async def test_wait_true_returns_the_completed_reply(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider
+) -> None:
+    scripted_provider.script(text(ANSWER))
+    cid = await _conversation(chatter)
+    response = await chatter.post(
+        f"/api/conversations/{cid}/messages", json={"content": "Kyoto?"}, params={"wait": "true"}
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert body["user_message"]["content"] == "Kyoto?"
+    assert body["assistant_message"]["status"] == "completed"
+    assert body["assistant_message"]["result"]["value"] == ANSWER
+    assert "messages_chain" not in body["assistant_message"]["result"]
+    stored = await _stored(chatter, cid)
+    assert [(m["role"], m["status"]) for m in stored] == [("user", "completed"), ("assistant", "completed")]
+
+
+async def test_stream_delivers_numbered_events_and_the_exact_text(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider
+) -> None:
+    scripted_provider.script(
+        tool_call("generate_report", {"rows": 3, "seed": 1}, text="Checking. "), text(ANSWER)
+    )
+    cid = await _conversation(chatter)
+    started = await _send(chatter, cid)
+    read = await read_stream(chatter, cid)
+    turn_id = started["turn_id"]
+    assert [e.id for e in read.events] == [f"{turn_id}:{n}" for n in range(1, len(read.events) + 1)]
+    names = [e.event for e in read.events]
+    assert names[0] == "turn.started" and names[-1] == "turn.completed"
+    assert {"tool.started", "tool.completed", "context.metrics"} <= set(names)
+    final = read.terminal.data["message"]  # type: ignore[union-attr]
+    assert read.text == "Checking. " + ANSWER
+    assert final["result"]["value"].replace("\n\n", "") == read.text
+    stored = (await _stored(chatter, cid))[-1]
+    assert stored["result"]["value"] == final["result"]["value"]
+    assert stored["result"]["context_metrics"]["phase"] == "final"
+    tool_block = next(b for b in stored["result"]["blocks"] if b["type"] == "tool")
+    assert tool_block["name"] == "generate_report" and tool_block["output"]
+
+
+async def test_a_finished_turn_replays_completely_then_closes(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider
+) -> None:
+    scripted_provider.script(text(ANSWER))
+    cid = await _conversation(chatter)
+    await _send(chatter, cid, wait="true")
+    first = await read_stream(chatter, cid)
+    again = await read_stream(chatter, cid)
+    assert first.events == again.events and first.text == ANSWER
+    # A client that already has everything gets 204, which stops EventSource from reconnecting.
+    done = await read_stream(chatter, cid, last_event_id=first.events[-1].id)
+    assert done.status == 204
+
+
+async def test_a_second_send_while_a_turn_runs_is_refused(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider
+) -> None:
+    scripted_provider.script(text(ANSWER, token_delay=0.02))
+    cid = await _conversation(chatter)
+    await _send(chatter, cid)
+    second = await chatter.post(f"/api/conversations/{cid}/messages", json={"content": "again"})
+    assert second.status_code == 409, (second.status_code, second.text)
+    assert second.json()["code"] == "turn_running"
+    await read_stream(chatter, cid)
+    assert len(await _stored(chatter, cid)) == 2  # nothing of the refused send remains
+
+
+async def test_stop_keeps_the_partial_reply(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider
+) -> None:
+    scripted_provider.script(text(ANSWER * 4, token_delay=0.02))
+    cid = await _conversation(chatter)
+    await _send(chatter, cid)
+    head = await read_stream(chatter, cid, stop_after=8)
+    stop = await chatter.post(f"/api/conversations/{cid}/stop")
+    assert stop.status_code == 202
+    rest = await read_stream(chatter, cid, last_event_id=head.events[-1].id)
+    assert rest.terminal is not None and rest.terminal.event == "turn.cancelled"
+    shown = head.text + rest.text
+    assert rest.terminal.data["partial"] == shown
+    assert 0 < len(shown) < len(ANSWER * 4)
+    stored = (await _stored(chatter, cid))[-1]
+    assert stored["status"] == "cancelled" and stored["result"]["value"] == shown
+    again = await chatter.post(f"/api/conversations/{cid}/stop")
+    assert again.status_code == 409 and again.json()["code"] == "no_running_turn"
+
+
+async def test_closing_the_stream_is_not_a_stop(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider
+) -> None:
+    scripted_provider.script(text(ANSWER, token_delay=0.01))
+    cid = await _conversation(chatter)
+    await _send(chatter, cid)
+    await read_stream(chatter, cid, stop_after=3)  # the page closes
+    for _ in range(300):
+        stored = (await _stored(chatter, cid))[-1]
+        if stored["status"] != "running":
+            break
+        await asyncio.sleep(0.05)
+    assert stored["status"] == "completed" and stored["result"]["value"] == ANSWER
+
+
+async def test_reconnects_at_random_points_lose_and_duplicate_nothing(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider
+) -> None:
+    """Scripted turns, each read through several disconnect/reconnect cycles (more in deep mode)."""
+    rng = random.Random(7)
+    cid = await _conversation(chatter)
+    for turn in range(5):
+        answer = f"Turn {turn}: " + " ".join(f"w{rng.randint(0, 999)}" for _ in range(60))
+        scripted_provider.script(text(answer, token_delay=0.002))
+        await _send(chatter, cid, content=f"q{turn}")
+        received, last_id = [], None
+        while True:
+            part = await read_stream(chatter, cid, last_event_id=last_id, stop_after=rng.randint(1, 12))
+            received.extend(part.events)
+            if part.terminal is not None:
+                break
+            last_id = part.events[-1].id
+        seqs = [e.seq for e in received]
+        assert seqs == list(range(1, len(seqs) + 1))
+        stored = (await _stored(chatter, cid))[-1]
+        assert (
+            "".join(e.data["text"] for e in received if e.event == "message.delta")
+            == stored["result"]["value"]
+        )
+
+
+async def test_after_query_resumes_like_last_event_id(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider
+) -> None:
+    scripted_provider.script(text(ANSWER))
+    cid = await _conversation(chatter)
+    await _send(chatter, cid, wait="true")
+    whole = await read_stream(chatter, cid)
+    tail = await read_stream(chatter, cid, after=4)
+    assert tail.events == whole.events[4:]
+
+
+@pytest.mark.parametrize("bad", ["nonsense", "12", "a:b", ":", "1:-1"])
+async def test_malformed_last_event_id_is_a_clear_error(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider, bad: str
+) -> None:
+    cid = await _conversation(chatter)
+    await _send(chatter, cid, wait="true")
+    response = await chatter.get(f"/api/conversations/{cid}/stream", headers={"Last-Event-ID": bad})
+    assert response.status_code == 400 and response.json()["code"] == "invalid_last_event_id"
+
+
+async def test_future_and_foreign_event_ids(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider, chat_server: str
+) -> None:
+    cid = await _conversation(chatter)
+    turn_id = (await _send(chatter, cid, wait="true"))["turn_id"]
+    future = await chatter.get(
+        f"/api/conversations/{cid}/stream", headers={"Last-Event-ID": f"{turn_id}:999"}
+    )
+    assert future.status_code == 400 and future.json()["code"] == "invalid_last_event_id"
+    other = await _conversation(chatter, "other")
+    foreign = await chatter.get(
+        f"/api/conversations/{other}/stream", headers={"Last-Event-ID": f"{turn_id}:1"}
+    )
+    assert foreign.status_code == 404
+    empty = await chatter.get(f"/api/conversations/{other}/stream")
+    assert empty.status_code == 204
+
+
+async def test_other_users_cannot_send_stop_or_stream(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider, chat_server: str
+) -> None:
+    from tests.support.api import new_user
+
+    cid = await _conversation(chatter)
+    await _send(chatter, cid, wait="true")
+    intruder = await new_user(chat_server, "intruder")
+    try:
+        for method, path in [
+            ("POST", f"/api/conversations/{cid}/messages"),
+            ("POST", f"/api/conversations/{cid}/stop"),
+            ("POST", f"/api/conversations/{cid}/regenerate"),
+            ("GET", f"/api/conversations/{cid}/stream"),
+        ]:
+            response = await intruder.request(
+                method, path, json={"content": "hi"} if method == "POST" else None
+            )
+            assert response.status_code == 404, (method, path)
+    finally:
+        await intruder.aclose()
+
+
+async def test_empty_messages_are_refused(chatter: httpx.AsyncClient) -> None:
+    cid = await _conversation(chatter)
+    for body in ({"content": ""}, {"content": "   \n"}, {}):
+        response = await chatter.post(f"/api/conversations/{cid}/messages", json=body)
+        assert response.status_code == 422 and response.json()["code"] == "empty_message"
+    assert await _stored(chatter, cid) == []
+
+
+async def test_a_provider_failure_is_stored_with_the_partial_text(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider
+) -> None:
+    scripted_provider.script(text("Partial answer so far", stream_fault="error_event"))
+    cid = await _conversation(chatter)
+    await _send(chatter, cid)
+    read = await read_stream(chatter, cid)
+    assert read.terminal is not None and read.terminal.event == "turn.failed"
+    assert read.terminal.data["partial"] == read.text == "Partial answer so far"
+    stored = (await _stored(chatter, cid))[-1]
+    assert stored["status"] == "failed"
+    assert stored["result"]["value"] == "Partial answer so far"
+    assert stored["result"]["error"]["code"] == read.terminal.data["code"]
+    # The conversation accepts the next message.
+    scripted_provider.script(text("recovered"))
+    assert (await _send(chatter, cid, content="again", wait="true"))["assistant_message"]["result"][
+        "value"
+    ] == "recovered"
+
+
+async def test_regenerate_forks_and_leaves_the_original(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider
+) -> None:
+    scripted_provider.script(text("first answer"), text("second answer"))
+    cid = await _conversation(chatter)
+    await _send(chatter, cid, content="question", wait="true")
+    regenerated = await chatter.post(f"/api/conversations/{cid}/regenerate")
+    assert regenerated.status_code == 202
+    body = regenerated.json()
+    fork_id = body["conversation"]["id"]
+    assert fork_id != cid and body["conversation"]["forked_from"] == {"conversation_id": cid, "message_id": 0}
+    await read_stream(chatter, fork_id)
+    original = await _stored(chatter, cid)
+    forked = await _stored(chatter, fork_id)
+    assert [m["result"]["value"] for m in original if m["role"] == "assistant"] == ["first answer"]
+    assert [m["content"] for m in forked if m["role"] == "user"] == ["question"]
+    assert [m["result"]["value"] for m in forked if m["role"] == "assistant"] == ["second answer"]
+    # The model saw the question once, without the first answer.
+    assert [m["role"] for m in scripted_provider.last_request["messages"] if m["role"] != "system"] == [
+        "user"
+    ]
