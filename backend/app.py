@@ -13,6 +13,7 @@ from backend.api.routes import attachments, auth, conversations, health, turns
 from backend.context import AppContext
 from backend.db import check_schema, create_engine, session_factory
 from backend.runtime_factory import open_runtime, runtime_config
+from backend.services.auth import Passwords
 from backend.services.broker import create_broker
 from backend.services.event_log import EventWriter
 from backend.services.turn_runner import TurnDefaults, TurnRunner
@@ -43,7 +44,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
             await runner.start()
             stack.push_async_callback(runner.stop)
-            app.state.ctx = AppContext(settings, engine, sessions, broker, runner)
+            app.state.ctx = AppContext(
+                settings, engine, sessions, broker, runner, Passwords(settings.password_hash_profile)
+            )
             yield
 
     app = FastAPI(title="Chat Shell", version="0.1.0", lifespan=lifespan)

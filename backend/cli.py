@@ -49,7 +49,8 @@ async def _create_user(settings: Settings, username: str, password: str, operato
     try:
         await check_schema(engine)
         async with transaction(session_factory(engine)) as db:
-            user = await auth.create_user(db, username, password, operator=operator)
+            passwords = auth.Passwords(settings.password_hash_profile)
+            user = await auth.create_user(db, passwords, username, password, operator=operator)
         print(f"created {'operator' if operator else 'user'} {user.username} (id {user.id})")
     except ApiError as exc:
         raise SystemExit(f"error: {exc.message}") from None

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from backend.services.auth import Passwords
 from backend.services.broker import LocalBroker
 from backend.services.turn_runner import TurnRunner
 from backend.settings import Settings
@@ -18,3 +19,4 @@ class AppContext:
     sessions: async_sessionmaker[AsyncSession]
     broker: LocalBroker
     runner: TurnRunner
+    passwords: Passwords

@@ -38,7 +38,10 @@ class Settings(BaseSettings):
     service_token: str | None = None
     backend_url: str = "http://127.0.0.1:8000"
 
-    # Accounts and HTTP
+    # Accounts and HTTP. CHEAPEST hashing exists for test suites only.
+    password_hash_profile: Literal["RFC_9106_LOW_MEMORY", "RFC_9106_HIGH_MEMORY", "CHEAPEST"] = (
+        "RFC_9106_LOW_MEMORY"
+    )
     session_days: int = Field(default=14, gt=0)
     cookie_secure: bool = False
     allow_registration: bool = True

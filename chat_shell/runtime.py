@@ -21,6 +21,7 @@ from langgraph.graph.state import CompiledStateGraph
 from chat_shell.agents.builder import build_agent
 from chat_shell.agents.runner import TurnExecution, TurnSetup
 from chat_shell.contracts import TERMINAL_EVENT_TYPES, AttachmentReader, HistoryLoader, TurnEvent, TurnRequest
+from chat_shell.compression.token_counter import text_counter_for
 from chat_shell.guard.factory import build_guard
 from chat_shell.guard.protocol import GuardFactory
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
@@ -62,6 +63,8 @@ class ChatShell:
         self._attachments = attachments
         self._tool_schemas = self.tools.schemas()
         self._graphs: dict[tuple[str, int, bool], CompiledStateGraph] = {}
+        # Load the default model's tokenizer now, not inside the first turn (it takes ~0.3 s).
+        text_counter_for(self.profile())
 
     def profile(self, model: str | None = None) -> ModelProfile:
         return resolve_profile(

@@ -78,6 +78,7 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
             # Nothing listens here; tests that run turns point this at the scripted provider.
             "openai_base_url": "http://127.0.0.1:9/v1",
             "telemetry_enabled": False,
+            "password_hash_profile": "CHEAPEST",
         }
         values.update(overrides)
         return Settings(_env_file=None, **values)  # type: ignore[call-arg]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from argon2 import PasswordHasher
+from argon2 import PasswordHasher, profiles
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -18,9 +19,6 @@ from backend.api.errors import ApiError, not_found
 from backend.models import ApiToken, Session, User
 from backend.models.base import utcnow
 
-_hasher = PasswordHasher()
-# Verified against when the username is unknown, so both failures cost the same.
-_DUMMY_HASH = _hasher.hash("not-a-real-password")
 USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{2,63}$")
 MIN_PASSWORD = 8
 _COMMON_PASSWORDS = frozenset(
@@ -44,6 +42,29 @@ _COMMON_PASSWORDS = frozenset(
 TOKEN_PREFIX = "cs_"
 
 
+class Passwords:
+    """argon2id hashing. Hashing is slow on purpose, so it runs off the event loop."""
+
+    def __init__(self, profile: str = "RFC_9106_LOW_MEMORY") -> None:
+        self._hasher = PasswordHasher.from_parameters(getattr(profiles, profile))
+        # Verified against when the username is unknown, so both failures cost the same.
+        self._dummy = self._hasher.hash("not-a-real-password")
+
+    async def hash(self, password: str) -> str:
+        return await asyncio.to_thread(self._hasher.hash, password)
+
+    async def verify(self, stored: str | None, password: str) -> bool:
+        try:
+            return await asyncio.to_thread(self._hasher.verify, stored or self._dummy, password) and bool(
+                stored
+            )
+        except (VerificationError, InvalidHashError):
+            return False
+
+    def needs_rehash(self, stored: str) -> bool:
+        return self._hasher.check_needs_rehash(stored)
+
+
 def token_digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -63,9 +84,11 @@ def check_new_credentials(username: str, password: str) -> None:
         raise ApiError(422, "weak_password", "password is too easy to guess")
 
 
-async def create_user(db: AsyncSession, username: str, password: str, *, operator: bool = False) -> User:
+async def create_user(
+    db: AsyncSession, passwords: Passwords, username: str, password: str, *, operator: bool = False
+) -> User:
     check_new_credentials(username, password)
-    user = User(username=username, password_hash=_hasher.hash(password), is_operator=operator)
+    user = User(username=username, password_hash=await passwords.hash(password), is_operator=operator)
     db.add(user)
     try:
         async with db.begin_nested():
@@ -75,16 +98,12 @@ async def create_user(db: AsyncSession, username: str, password: str, *, operato
     return user
 
 
-async def authenticate(db: AsyncSession, username: str, password: str) -> User:
+async def authenticate(db: AsyncSession, passwords: Passwords, username: str, password: str) -> User:
     user = await db.scalar(select(User).where(User.username == username))
-    try:
-        _hasher.verify(user.password_hash if user else _DUMMY_HASH, password)
-    except (VerificationError, InvalidHashError):
-        user = None
-    if user is None:
+    if not await passwords.verify(user.password_hash if user else None, password) or user is None:
         raise ApiError(401, "invalid_credentials", "wrong username or password")
-    if _hasher.check_needs_rehash(user.password_hash):
-        user.password_hash = _hasher.hash(password)
+    if passwords.needs_rehash(user.password_hash):
+        user.password_hash = await passwords.hash(password)
     return user
 
 

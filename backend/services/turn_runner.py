@@ -289,25 +289,20 @@ class _Relay:
     ) -> None:
         self.finished = True
         started = self.started
+        now = utcnow()
         if terminal == "turn.completed":
-            message = started.assistant_message
-            document = turns.result_document(result, error)
-            data = {
-                "message": {
-                    "conversation_id": message.conversation_id,
-                    "message_id": message.message_id,
-                    "role": message.role,
-                    "status": "completed",
-                    "content": "",
-                    "result": user_visible_result(document),
-                    "created_at": message.created_at.isoformat(),
-                    "updated_at": utcnow().isoformat(),
-                }
-            }
+            # The event carries the message exactly as it is stored in the same transaction.
+            stored = turns.message_payload(started.assistant_message)
+            stored.update(
+                status="completed",
+                result=user_visible_result(turns.result_document(result, error)),
+                updated_at=now.isoformat(),
+            )
+            data = {"message": stored}
 
         # Compaction rows were written as their events arrived; the result only repeats them.
         async def persist(db: AsyncSession, _: Sequence[StoredEvent]) -> None:
-            await turns.finish_turn(db, started, terminal, result, error)
+            await turns.finish_turn(db, started, terminal, result, error, now)
 
         self.turn_log.append(terminal, data, persist)
 

@@ -226,12 +226,12 @@ async def finish_turn(
     terminal: str,
     result: TurnResult,
     error: dict[str, str] | None,
+    now: datetime,
 ) -> Message:
     """Writes the outcome to the assistant message and the turn row, together."""
     message = await db.get(Message, started.assistant_message.id)
     turn = await db.get(Turn, started.turn_id)
     assert message is not None and turn is not None
-    now = utcnow()
     message.status = _MESSAGE_STATUS[terminal]
     message.result = result_document(result, error)
     message.has_checkpoint = has_summary(result.messages_chain)

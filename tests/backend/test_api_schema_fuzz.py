@@ -31,6 +31,7 @@ def live_api(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) ->
         database_url=databases.sqlite_copy(sqlite_template, directory),
         local_model="off",
         openai_base_url="http://127.0.0.1:9/v1",
+        password_hash_profile="CHEAPEST",
         telemetry_enabled=False,
     )
     with serve_in_thread(create_app(settings)) as base_url, httpx.Client(base_url=base_url) as client:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+from typing import Any
 
 import httpx
 import pytest
@@ -273,3 +275,81 @@ async def test_regenerate_forks_and_leaves_the_original(
     assert [m["role"] for m in scripted_provider.last_request["messages"] if m["role"] != "system"] == [
         "user"
     ]
+
+
+async def test_a_client_that_stops_reading_neither_blocks_the_turn_nor_grows_memory(
+    sqlite_url: str, make_settings: Any, scripted_provider: ScriptedProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from backend.app import create_app
+    from backend.services import broker as broker_module
+    from tests.support.api import new_user
+    from tests.support.servers import serve
+
+    monkeypatch.setattr(broker_module, "QUEUE_LIMIT", 5)
+    app = create_app(make_settings(sqlite_url, openai_base_url=scripted_provider.base_url))
+    answer = " ".join(f"word{n}" for n in range(300))
+    scripted_provider.script(
+        tool_call("generate_report", {"rows": 50_000, "seed": 1}),
+        tool_call("generate_report", {"rows": 50_000, "seed": 2}),
+        text(answer, token_delay=0.002),
+    )
+    async with serve(app) as base_url:
+        client = await new_user(base_url, "sleepy")
+        cid = await _conversation(client)
+        await _send(client, cid)
+        # A client connects and then never reads: megabytes of tool output fill the socket.
+        stalled = await client.send(
+            client.build_request("GET", f"/api/conversations/{cid}/stream"), stream=True
+        )
+        for _ in range(600):
+            status = (await _stored(client, cid))[-1]["status"]
+            if status != "running":
+                break
+            await asyncio.sleep(0.05)
+        assert status == "completed", "the turn must finish while a client is stalled"
+        queued = [
+            len(sub._queue._queue) for subs in app.state.ctx.broker._subscriptions.values() for sub in subs
+        ]
+        assert all(size <= 5 for size in queued), queued
+        # When it reads again it still gets every event, in order, and the exact text.
+        body = (await stalled.aread()).decode()
+        await stalled.aclose()
+        ids = [line.split(":", 1)[1].strip() for line in body.splitlines() if line.startswith("id:")]
+        assert [int(i.split(":")[1]) for i in ids] == list(range(1, len(ids) + 1))
+        stored = (await _stored(client, cid))[-1]
+        deltas = [
+            json.loads(line[5:])["text"]
+            for previous, line in zip(body.splitlines(), body.splitlines()[1:], strict=False)
+            if previous.strip() == "event: message.delta" and line.startswith("data:")
+        ]
+        assert "".join(deltas) == stored["result"]["value"] == answer
+        await client.aclose()
+
+
+async def test_pruned_turns_replay_from_the_stored_message(
+    chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider, database_url: str
+) -> None:
+    from datetime import timedelta
+
+    from backend.db import create_engine, session_factory
+    from backend.models.base import utcnow
+    from backend.services.streams import prune_finished
+
+    scripted_provider.script(tool_call("generate_report", {"rows": 3}, text="Looking. "), text(ANSWER))
+    cid = await _conversation(chatter)
+    await _send(chatter, cid, wait="true")
+    original = await read_stream(chatter, cid)
+    engine = create_engine(database_url)
+    async with session_factory(engine)() as db, db.begin():
+        assert await prune_finished(db, utcnow() + timedelta(seconds=1)) == 1
+    await engine.dispose()
+
+    replay = await read_stream(chatter, cid)
+    assert replay.text == original.text
+    assert replay.events[-1] == original.events[-1]  # the terminal event keeps its id and data
+    assert [e.event for e in replay.events if e.event.startswith("tool.")] == [
+        "tool.started",
+        "tool.completed",
+    ]
+    middle = await read_stream(chatter, cid, last_event_id=original.events[3].id)
+    assert [e.id for e in middle.events] == [original.events[-1].id]

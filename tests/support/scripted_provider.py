@@ -83,6 +83,9 @@ class Reply(BaseModel):
     stream_fault: Literal["error_event", "malformed"] | None = None
     # Usage left out even when the client asked for it (providers that never report usage).
     omit_usage: bool = False
+    # After `text`, this many tokens that each hold the provider's wall clock at emit time
+    # (`<time.time_ns()> `): benchmarks measure delivery latency with them.
+    clock_tokens: int = 0
 
 
 def text(content: str, **options: Any) -> Reply:
@@ -168,8 +171,10 @@ class ScriptedProvider:
         context_window: int | None = None,
         hidden_overhead: int = 0,
         tokens_per_second: float | None = None,
+        clock_tokens: int = 0,
     ) -> None:
         self.model = model
+        self.clock_tokens = clock_tokens
         self.context_window = context_window
         self.hidden_overhead = hidden_overhead
         self.tokens_per_second = tokens_per_second
@@ -199,6 +204,8 @@ class ScriptedProvider:
         return self.requests[-1]
 
     def default_reply(self, body: dict[str, Any]) -> Reply:
+        if self.clock_tokens:
+            return Reply(clock_tokens=self.clock_tokens)
         users = [m for m in body.get("messages", []) if m.get("role") == "user"]
         last = users[-1].get("content", "") if users else ""
         if isinstance(last, list):
@@ -315,6 +322,10 @@ class ScriptedProvider:
             if delay and index:
                 await asyncio.sleep(delay)
             yield chunk({"content": piece})
+        for index in range(reply.clock_tokens):
+            if delay and (index or reply.text):
+                await asyncio.sleep(delay)
+            yield chunk({"content": f"{time.time_ns()} "})
         if reply.hang:
             await self._wait_forever()
         if reply.stream_fault == "error_event":
@@ -391,11 +402,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens-per-second", type=float, default=None)
     parser.add_argument("--hidden-overhead", type=int, default=0)
     parser.add_argument("--context-window", type=int, default=None)
+    parser.add_argument("--clock-tokens", type=int, default=0, help="default reply: N clock tokens")
     args = parser.parse_args(argv)
     provider = ScriptedProvider(
         context_window=args.context_window,
         hidden_overhead=args.hidden_overhead,
         tokens_per_second=args.tokens_per_second,
+        clock_tokens=args.clock_tokens,
     )
     uvicorn.run(provider.app, host=args.host, port=args.port, log_level="warning")
 

@@ -16,13 +16,13 @@ router = APIRouter(prefix="/api/auth", tags=["auth"])
 async def register(body: Credentials, db: Db, ctx: Ctx) -> UserOut:
     if not ctx.settings.allow_registration:
         raise ApiError(403, "registration_closed", "registration is closed; ask an operator for an account")
-    user = await auth.create_user(db, body.username, body.password)
+    user = await auth.create_user(db, ctx.passwords, body.username, body.password)
     return UserOut.model_validate(user)
 
 
 @router.post("/login", response_model=LoginOut)
 async def login(body: Credentials, db: Db, ctx: Ctx, response: Response) -> LoginOut:
-    user = await auth.authenticate(db, body.username, body.password)
+    user = await auth.authenticate(db, ctx.passwords, body.username, body.password)
     session = await auth.open_session(db, user, ctx.settings.session_days)
     max_age = ctx.settings.session_days * 86400
     secure = ctx.settings.cookie_secure

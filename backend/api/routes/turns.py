@@ -13,23 +13,24 @@ from backend.api.deps import Ctx, CurrentUser, Db
 from backend.api.errors import ApiError
 from backend.api.routes.conversations import conversation_out, message_out
 from backend.context import AppContext
-from backend.models import Conversation, Message, Role, Turn, TurnStatus, User
+from backend.db import transaction
+from backend.models import Message, Role, Turn, TurnStatus, User
 from backend.schemas.conversations import SendMessage, StopOut, TurnStartedOut
 from backend.services import conversations, streams, turns
 
 router = APIRouter(prefix="/api/conversations", tags=["turns"])
 
 
-async def _start(
-    ctx: AppContext, db: Db, user: User, conversation: Conversation, body: SendMessage
-) -> turns.StartedTurn:
+async def _start(ctx: AppContext, user: User, conversation_id: int, body: SendMessage) -> turns.StartedTurn:
+    """Stores the messages in their own committed transaction, then starts the turn."""
     if not body.content.strip() and not body.attachment_ids:
         raise ApiError(422, "empty_message", "write a message or attach a file")
-    model = ctx.runner.model_for(conversation)
-    started = await turns.start_turn(
-        db, user, conversation, body.content, body.attachment_ids, ctx.runner.runner_id, model
-    )
-    await db.commit()  # the messages are stored before the turn starts
+    async with transaction(ctx.sessions) as db:
+        conversation = await conversations.get_owned(db, user, conversation_id)
+        model = ctx.runner.model_for(conversation)
+        started = await turns.start_turn(
+            db, user, conversation, body.content, body.attachment_ids, ctx.runner.runner_id, model
+        )
     ctx.runner.launch(started, model)
     return started
 
@@ -56,13 +57,11 @@ async def send_message(
     conversation_id: int,
     body: SendMessage,
     user: CurrentUser,
-    db: Db,
     ctx: Ctx,
     response: Response,
     wait: Annotated[bool, Query(description="wait for the reply and return it (no SSE needed)")] = False,
 ) -> TurnStartedOut:
-    conversation = await conversations.get_owned(db, user, conversation_id)
-    started = await _start(ctx, db, user, conversation, body)
+    started = await _start(ctx, user, conversation_id, body)
     if wait:
         response.status_code = status.HTTP_200_OK
     return await _started_out(ctx, started, wait)
@@ -71,18 +70,19 @@ async def send_message(
 @router.post(
     "/{conversation_id}/regenerate", status_code=status.HTTP_202_ACCEPTED, response_model=TurnStartedOut
 )
-async def regenerate(conversation_id: int, user: CurrentUser, db: Db, ctx: Ctx) -> TurnStartedOut:
+async def regenerate(conversation_id: int, user: CurrentUser, ctx: Ctx) -> TurnStartedOut:
     """Forks at the last user message and sends it again; the original stays as it was."""
-    conversation = await conversations.get_owned(db, user, conversation_id)
-    levels = await conversations.lineage(db, conversation)
-    rows, _ = await conversations.visible_messages(db, levels, None, 2)
-    last_user = next((row for row in reversed(rows) if row.role == Role.USER), None)
-    if last_user is None:
-        raise ApiError(409, "nothing_to_regenerate", "there is no message to answer again")
-    if any(row.status == "running" for row in rows):
-        raise ApiError(409, "turn_running", "a reply is still being written; stop it first")
-    fork = await conversations.fork(db, user, conversation, last_user.message_id - 1, conversation.title)
-    started = await _start(ctx, db, user, fork, SendMessage(content=last_user.content))
+    async with transaction(ctx.sessions) as db:
+        conversation = await conversations.get_owned(db, user, conversation_id)
+        levels = await conversations.lineage(db, conversation)
+        rows, _ = await conversations.visible_messages(db, levels, None, 2)
+        last_user = next((row for row in reversed(rows) if row.role == Role.USER), None)
+        if last_user is None:
+            raise ApiError(409, "nothing_to_regenerate", "there is no message to answer again")
+        if any(row.status == "running" for row in rows):
+            raise ApiError(409, "turn_running", "a reply is still being written; stop it first")
+        fork = await conversations.fork(db, user, conversation, last_user.message_id - 1, conversation.title)
+    started = await _start(ctx, user, fork.id, SendMessage(content=last_user.content))
     out = await _started_out(ctx, started, wait=False)
     out.conversation = conversation_out(fork, started.turn_id)
     return out

@@ -1,0 +1,162 @@
+"""Turn delivery under load (issue 4).
+
+Three processes: the backend (`chat-shell serve`, SQLite, chat_shell in package mode), the
+scripted provider emitting clock tokens at 50 tokens per second per turn, and this process
+with the SSE clients. N concurrent turns of 500 tokens stream to N clients; every stream must
+be complete and in order. Added delivery latency = client receive time minus the provider's
+emit time of each token (both wall clocks of this machine). Then a reconnect replays a turn
+of at least 5,000 events and is compared with streaming the same events live.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from httpx_sse import aconnect_sse
+
+from bench.common import row
+from tests.support.api import PASSWORD
+from tests.support.processes import BackendProcess, backend_env
+from tests.support.servers import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _start_provider(port: int, tokens_per_second: float, clock_tokens: int) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "tests.support.scripted_provider", "--port", str(port),
+            "--tokens-per-second", str(tokens_per_second), "--clock-tokens", str(clock_tokens),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    for _ in range(200):
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/_requests", timeout=1)
+            return process
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise RuntimeError("scripted provider did not start")
+
+
+async def _client(base_url: str) -> httpx.AsyncClient:
+    client = httpx.AsyncClient(
+        base_url=base_url, timeout=120, limits=httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+    )
+    await client.post("/api/auth/register", json={"username": "loadtester", "password": PASSWORD})
+    login = await client.post("/api/auth/login", json={"username": "loadtester", "password": PASSWORD})
+    client.headers["X-CSRF-Token"] = login.json()["csrf_token"]
+    return client
+
+
+async def _follow(client: httpx.AsyncClient, cid: int, latencies: list[float]) -> tuple[int, bool]:
+    """Reads one conversation's stream to its terminal event; returns (events, complete and in order)."""
+    seqs: list[int] = []
+    terminal = None
+    async with aconnect_sse(client, "GET", f"/api/conversations/{cid}/stream") as source:
+        async for sse in source.aiter_sse():
+            if not sse.data:
+                continue
+            received = time.time_ns()
+            seqs.append(int(sse.id.split(":")[1]))
+            if sse.event == "message.delta":
+                for stamp in json.loads(sse.data)["text"].split():
+                    latencies.append((received - int(stamp)) / 1e6)
+            if sse.event.startswith("turn.") and sse.event != "turn.started":
+                terminal = sse.event
+                break
+    return len(seqs), terminal == "turn.completed" and seqs == list(range(1, len(seqs) + 1))
+
+
+async def _load(base_url: str, turns: int, tokens: int) -> None:
+    client = await _client(base_url)
+    conversations = [
+        (await client.post("/api/conversations", json={"title": f"load {n}"})).json()["id"] for n in range(turns)
+    ]
+    latencies: list[float] = []
+    start = time.perf_counter()
+    sends = await asyncio.gather(
+        *(client.post(f"/api/conversations/{cid}/messages", json={"content": "go"}) for cid in conversations)
+    )
+    errors = sum(response.status_code != 202 for response in sends)
+    for response in sends:
+        if response.status_code != 202:
+            print("send failed:", response.status_code, response.text[:300])
+            break
+    results = await asyncio.gather(*(_follow(client, cid, latencies) for cid in conversations), return_exceptions=True)
+    elapsed = time.perf_counter() - start
+    failed = [r for r in results if isinstance(r, BaseException) or not r[1]]
+    events = sum(r[0] for r in results if not isinstance(r, BaseException))
+    latencies.sort()
+    quantile = statistics.quantiles(latencies, n=100) if len(latencies) > 100 else [float("nan")] * 99
+    row(f"{turns} concurrent turns x {tokens} tokens", "value")
+    row("  send errors / incomplete streams", f"{errors} / {len(failed)}")
+    row("  tokens received (expected)", f"{len(latencies)} ({turns * tokens})")
+    row("  events delivered per second", f"{events / elapsed:.0f}")
+    row("  tokens delivered per second", f"{len(latencies) / elapsed:.0f}")
+    row("  added latency p50 ms (target <= 5)", f"{quantile[49]:.2f}")
+    row("  added latency p95 ms", f"{quantile[94]:.2f}")
+    row("  added latency p99 ms (target <= 50)", f"{quantile[98]:.2f}")
+    row("  wall time s", f"{elapsed:.1f}")
+    await client.aclose()
+
+
+async def _replay(base_url: str, provider_url: str, events_wanted: int) -> None:
+    client = await _client(base_url)
+    cid = (await client.post("/api/conversations", json={"title": "replay"})).json()["id"]
+    # One token every 2 ms: each becomes its own event, so the live stream has >= events_wanted.
+    script = [{"clock_tokens": events_wanted, "token_delay": 0.002}]
+    httpx.post(f"{provider_url}/_script", json=script)
+    await client.post(f"/api/conversations/{cid}/messages", json={"content": "long"})
+    live_start = time.perf_counter()
+    live_events, ok = await _follow(client, cid, [])
+    live = time.perf_counter() - live_start
+    replay_start = time.perf_counter()
+    replay_events, replay_ok = await _follow(client, cid, [])
+    replay = time.perf_counter() - replay_start
+    row("reconnect replay", "events", "seconds")
+    row("  live stream", live_events, f"{live:.3f}")
+    row("  full replay after reconnect", replay_events, f"{replay:.3f}")
+    row("  replay / live (target <= 2x)", f"{replay / live:.3f}x", "ok" if ok and replay_ok else "INCOMPLETE")
+    await client.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--turns", type=int, default=None)
+    args = parser.parse_args()
+    turns = args.turns or (20 if args.quick else 200)
+    tokens = 100 if args.quick else 500
+    with tempfile.TemporaryDirectory() as directory:
+        work = Path(directory)
+        provider_port = free_port()
+        provider = _start_provider(provider_port, 50, tokens)
+        provider_url = f"http://127.0.0.1:{provider_port}"
+        database = f"sqlite+aiosqlite:///{work / 'bench.db'}"
+        subprocess.run([sys.executable, "-m", "backend.cli", "migrate"], cwd=ROOT, check=True,
+                       env={**os.environ, "CHAT_SHELL_DATABASE_URL": database}, capture_output=True)
+        backend = BackendProcess(backend_env(database, work / "data", f"{provider_url}/v1"), work / "backend.log")
+        try:
+            backend.start()
+            asyncio.run(_load(backend.base_url, turns, tokens))
+            asyncio.run(_replay(backend.base_url, provider_url, 1000 if args.quick else 5000))
+        finally:
+            backend.stop()
+            provider.terminate()
+            provider.wait()
+
+
+if __name__ == "__main__":
+    main()

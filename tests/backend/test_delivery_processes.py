@@ -1,0 +1,180 @@
+"""Delivery across real process boundaries: a crash mid-turn, and several replicas with Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from tests.support.api import new_user
+from tests.support.processes import BackendProcess, backend_env
+from tests.support.scripted_provider import ScriptedProvider, text
+from tests.support.servers import free_port
+from tests.support.sse import read_stream
+
+LONG = " ".join(f"token{n}" for n in range(400))
+
+
+async def _wait_status(client: httpx.AsyncClient, cid: int, wanted: set[str], within: float = 30) -> dict:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        last = (await client.get(f"/api/conversations/{cid}/messages")).json()["items"][-1]
+        if last["status"] in wanted:
+            return last
+        assert asyncio.get_running_loop().time() < deadline, f"still {last['status']}"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_crash_mid_turn_leaves_an_interrupted_message_with_its_partial_text(
+    sqlite_url: str, tmp_path: Path, scripted_provider: ScriptedProvider
+) -> None:
+    env = backend_env(sqlite_url, tmp_path / "data", scripted_provider.base_url)
+    first = await asyncio.to_thread(BackendProcess(env, tmp_path / "first.log").start)
+    client = await new_user(first.base_url, "survivor")
+    try:
+        scripted_provider.script(text(LONG, token_delay=0.03))
+        cid = (await client.post("/api/conversations", json={"title": "crash"})).json()["id"]
+        await client.post(f"/api/conversations/{cid}/messages", json={"content": "a long answer please"})
+        seen = await read_stream(client, cid, stop_after=20)
+        first.kill()
+
+        second = await asyncio.to_thread(BackendProcess(env, tmp_path / "second.log").start)
+        client.base_url = httpx.URL(second.base_url)
+        try:
+            messages = (await client.get(f"/api/conversations/{cid}/messages")).json()["items"]
+            user, assistant = messages
+            assert user["content"] == "a long answer please" and user["status"] == "completed"
+            assert assistant["status"] == "interrupted"
+            partial = assistant["result"]["value"]
+            assert partial.startswith(seen.text) and len(partial) < len(LONG)
+            assert "restarted" in assistant["result"]["note"]
+            # The stream of that turn now ends, replaying what was written and the note.
+            replay = await read_stream(client, cid)
+            assert replay.text == partial
+            assert replay.terminal is not None and replay.terminal.data["code"] == "interrupted"
+            # The conversation accepts new messages.
+            scripted_provider.script(text("back again"))
+            again = await client.post(
+                f"/api/conversations/{cid}/messages", json={"content": "hello?"}, params={"wait": "true"}
+            )
+            assert again.json()["assistant_message"]["result"]["value"] == "back again"
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+        await client.aclose()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A Redis of this test alone, so stopping it mid-turn touches nothing else."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is required (scripts/services.sh installs it)")
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    for _ in range(100):
+        try:
+            redis.Redis.from_url(url).ping()
+            break
+        except redis.ConnectionError:
+            subprocess.run(["sleep", "0.05"], check=False)
+    yield url, process
+    process.kill()
+    process.wait()
+
+
+@pytest.fixture
+async def replicas(
+    postgres_url: str, tmp_path: Path, scripted_provider: ScriptedProvider, private_redis: tuple[str, object]
+) -> AsyncIterator[tuple[BackendProcess, BackendProcess]]:
+    from tests.conftest import _off_loop
+    from tests.support import databases
+
+    _off_loop(lambda: databases.truncate_all(postgres_url))
+    env = backend_env(
+        postgres_url, tmp_path / "data", scripted_provider.base_url, CHAT_SHELL_REDIS_URL=private_redis[0]
+    )
+    a = BackendProcess(env, tmp_path / "a.log")
+    b = BackendProcess(env, tmp_path / "b.log")
+    await asyncio.gather(asyncio.to_thread(a.start), asyncio.to_thread(b.start))
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+async def test_a_client_on_another_replica_follows_resumes_and_stops_the_turn(
+    replicas: tuple[BackendProcess, BackendProcess], scripted_provider: ScriptedProvider
+) -> None:
+    a, b = replicas
+    on_a = await new_user(a.base_url, "roamer")
+    on_b = httpx.AsyncClient(base_url=b.base_url, cookies=on_a.cookies, headers=on_a.headers, timeout=30)
+    try:
+        scripted_provider.script(text(LONG, token_delay=0.005))
+        cid = (await on_a.post("/api/conversations", json={"title": "replicas"})).json()["id"]
+        await on_a.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
+        refused = await on_b.post(f"/api/conversations/{cid}/messages", json={"content": "again"})
+        assert refused.status_code == 409
+        head = await read_stream(on_b, cid, stop_after=15)
+        tail = await read_stream(on_b, cid, last_event_id=head.events[-1].id)
+        events = head.events + tail.events
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        stored = await _wait_status(on_b, cid, {"completed"})
+        assert head.text + tail.text == stored["result"]["value"] == LONG
+
+        # A stop sent to replica B reaches the turn running on replica A.
+        scripted_provider.script(text(LONG, token_delay=0.03))
+        await on_a.post(f"/api/conversations/{cid}/messages", json={"content": "once more"})
+        await read_stream(on_b, cid, stop_after=5)
+        assert (await on_b.post(f"/api/conversations/{cid}/stop")).status_code == 202
+        cancelled = await _wait_status(on_a, cid, {"cancelled"}, within=15)
+        assert 0 < len(cancelled["result"]["value"]) < len(LONG)
+    finally:
+        await on_a.aclose()
+        await on_b.aclose()
+
+
+async def test_losing_redis_mid_turn_loses_nothing(
+    replicas: tuple[BackendProcess, BackendProcess],
+    scripted_provider: ScriptedProvider,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    a, b = replicas
+    on_a = await new_user(a.base_url, "steady")
+    on_b = httpx.AsyncClient(base_url=b.base_url, cookies=on_a.cookies, headers=on_a.headers, timeout=30)
+    try:
+        scripted_provider.script(text(LONG, token_delay=0.01))
+        cid = (await on_a.post("/api/conversations", json={"title": "redis down"})).json()["id"]
+        await on_a.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
+        reading = asyncio.create_task(read_stream(on_b, cid))
+        await asyncio.sleep(0.5)
+        private_redis[1].kill()  # Redis goes away mid-turn
+        read = await asyncio.wait_for(reading, 60)
+        stored = await _wait_status(on_a, cid, {"completed"})
+        assert read.text == stored["result"]["value"] == LONG
+        assert [e.seq for e in read.events] == list(range(1, len(read.events) + 1))
+    finally:
+        await on_a.aclose()
+        await on_b.aclose()

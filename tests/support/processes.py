@@ -1,0 +1,78 @@
+"""Backend processes for tests that need real process boundaries (crash, several replicas)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.support.servers import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class BackendProcess:
+    """`chat-shell serve` in its own process, as an operator would run it."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._env = {**os.environ, **env}
+        self._log_path = log_path
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60) -> BackendProcess:
+        log = self._log_path.open("ab")
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "backend.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=ROOT,
+            env=self._env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(f"{self.base_url}/readyz", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            if self._process.poll() is not None:
+                raise RuntimeError(f"backend exited during startup: {self._log_path.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("backend did not become ready")
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGKILL)
+        self._process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=30)
+
+
+def backend_env(database_url: str, data_dir: Path, provider_url: str, **extra: str) -> dict[str, str]:
+    return {
+        "CHAT_SHELL_DATABASE_URL": database_url,
+        "CHAT_SHELL_DATA_DIR": str(data_dir),
+        "CHAT_SHELL_LOCAL_MODEL": "off",
+        "CHAT_SHELL_TELEMETRY_ENABLED": "false",
+        "CHAT_SHELL_SSE_PING_SECONDS": "1",
+        "CHAT_SHELL_PASSWORD_HASH_PROFILE": "CHEAPEST",
+        "OPENAI_BASE_URL": provider_url,
+        "OPENAI_API_KEY": "test",
+        **extra,
+    }
