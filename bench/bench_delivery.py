@@ -35,8 +35,15 @@ ROOT = Path(__file__).resolve().parent.parent
 def _start_provider(port: int, tokens_per_second: float, clock_tokens: int) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "tests.support.scripted_provider", "--port", str(port),
-            "--tokens-per-second", str(tokens_per_second), "--clock-tokens", str(clock_tokens),
+            sys.executable,
+            "-m",
+            "tests.support.scripted_provider",
+            "--port",
+            str(port),
+            "--tokens-per-second",
+            str(tokens_per_second),
+            "--clock-tokens",
+            str(clock_tokens),
         ],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -52,7 +59,9 @@ def _start_provider(port: int, tokens_per_second: float, clock_tokens: int) -> s
 
 async def _client(base_url: str) -> httpx.AsyncClient:
     client = httpx.AsyncClient(
-        base_url=base_url, timeout=120, limits=httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+        base_url=base_url,
+        timeout=120,
+        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=1000),
     )
     await client.post("/api/auth/register", json={"username": "loadtester", "password": PASSWORD})
     login = await client.post("/api/auth/login", json={"username": "loadtester", "password": PASSWORD})
@@ -82,7 +91,8 @@ async def _follow(client: httpx.AsyncClient, cid: int, latencies: list[float]) -
 async def _load(base_url: str, turns: int, tokens: int) -> None:
     client = await _client(base_url)
     conversations = [
-        (await client.post("/api/conversations", json={"title": f"load {n}"})).json()["id"] for n in range(turns)
+        (await client.post("/api/conversations", json={"title": f"load {n}"})).json()["id"]
+        for n in range(turns)
     ]
     latencies: list[float] = []
     start = time.perf_counter()
@@ -94,7 +104,9 @@ async def _load(base_url: str, turns: int, tokens: int) -> None:
         if response.status_code != 202:
             print("send failed:", response.status_code, response.text[:300])
             break
-    results = await asyncio.gather(*(_follow(client, cid, latencies) for cid in conversations), return_exceptions=True)
+    results = await asyncio.gather(
+        *(_follow(client, cid, latencies) for cid in conversations), return_exceptions=True
+    )
     elapsed = time.perf_counter() - start
     failed = [r for r in results if isinstance(r, BaseException) or not r[1]]
     events = sum(r[0] for r in results if not isinstance(r, BaseException))
@@ -145,9 +157,16 @@ def main() -> None:
         provider = _start_provider(provider_port, 50, tokens)
         provider_url = f"http://127.0.0.1:{provider_port}"
         database = f"sqlite+aiosqlite:///{work / 'bench.db'}"
-        subprocess.run([sys.executable, "-m", "backend.cli", "migrate"], cwd=ROOT, check=True,
-                       env={**os.environ, "CHAT_SHELL_DATABASE_URL": database}, capture_output=True)
-        backend = BackendProcess(backend_env(database, work / "data", f"{provider_url}/v1"), work / "backend.log")
+        subprocess.run(
+            [sys.executable, "-m", "backend.cli", "migrate"],
+            cwd=ROOT,
+            check=True,
+            env={**os.environ, "CHAT_SHELL_DATABASE_URL": database},
+            capture_output=True,
+        )
+        backend = BackendProcess(
+            backend_env(database, work / "data", f"{provider_url}/v1"), work / "backend.log"
+        )
         try:
             backend.start()
             asyncio.run(_load(backend.base_url, turns, tokens))

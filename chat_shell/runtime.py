@@ -20,8 +20,8 @@ from langgraph.graph.state import CompiledStateGraph
 
 from chat_shell.agents.builder import build_agent
 from chat_shell.agents.runner import TurnExecution, TurnSetup
-from chat_shell.contracts import TERMINAL_EVENT_TYPES, AttachmentReader, HistoryLoader, TurnEvent, TurnRequest
 from chat_shell.compression.token_counter import text_counter_for
+from chat_shell.contracts import TERMINAL_EVENT_TYPES, AttachmentReader, HistoryLoader, TurnEvent, TurnRequest
 from chat_shell.guard.factory import build_guard
 from chat_shell.guard.protocol import GuardFactory
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
