@@ -129,7 +129,8 @@ async def _replay(base_url: str, provider_url: str, events_wanted: int) -> None:
     cid = (await client.post("/api/conversations", json={"title": "replay"})).json()["id"]
     # One token every 2 ms: each becomes its own event, so the live stream has >= events_wanted.
     script = [{"clock_tokens": events_wanted, "token_delay": 0.002}]
-    httpx.post(f"{provider_url}/_script", json=script)
+    async with httpx.AsyncClient() as provider:
+        await provider.post(f"{provider_url}/_script", json=script)
     await client.post(f"/api/conversations/{cid}/messages", json={"content": "long"})
     live_start = time.perf_counter()
     live_events, ok = await _follow(client, cid, [])
