@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import timedelta
 
 from fastapi import FastAPI
 
@@ -39,8 +40,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             defaults = TurnDefaults(
                 model=runtime_config(settings).model, system_prompt=settings.system_prompt
             )
+            days = settings.event_log_retention_days
             runner = TurnRunner(
-                sessions, runtime, writer, broker, defaults, shared=settings.redis_url is not None
+                sessions,
+                runtime,
+                writer,
+                broker,
+                defaults,
+                shared=settings.redis_url is not None,
+                event_retention=timedelta(days=days) if days else None,
             )
             await runner.start()
             stack.push_async_callback(runner.stop)

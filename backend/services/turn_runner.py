@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.models import Attachment, Conversation, Turn, TurnStatus
 from backend.models.base import utcnow
-from backend.services import turns
+from backend.services import streams, turns
 from backend.services.broker import LocalBroker
 from backend.services.conversations import user_visible_result
 from backend.services.event_log import EventWriter, StoredEvent, TurnLog
@@ -48,6 +48,7 @@ from chat_shell.contracts import (
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
+PRUNE_EVERY_SECONDS = 3600.0
 # A runner silent for this long is presumed dead (several replicas share the database).
 STALE_AFTER = timedelta(seconds=30)
 
@@ -76,6 +77,7 @@ class TurnRunner:
         defaults: TurnDefaults,
         *,
         shared: bool,
+        event_retention: timedelta | None = None,
     ) -> None:
         self.runner_id = uuid.uuid4().hex
         self._sessions = sessions
@@ -85,6 +87,9 @@ class TurnRunner:
         self._defaults = defaults
         # With several replicas (shared broker) only stale turns are orphans; alone, all are.
         self._shared = shared
+        # Event rows of turns finished longer ago are pruned; their replay is synthesized.
+        self._event_retention = event_retention
+        self._next_prune = 0.0
         self._jobs: dict[int, _Job] = {}
         self._maintenance: asyncio.Task[None] | None = None
 
@@ -188,8 +193,19 @@ class TurnRunner:
                     )
                 if self._shared:
                     await self.recover_orphans(stale_only=True)
+                await self._prune_if_due()
             except Exception:
-                log.exception("turn heartbeat failed")
+                log.exception("turn maintenance failed")
+
+    async def _prune_if_due(self) -> None:
+        now = asyncio.get_running_loop().time()
+        if self._event_retention is None or now < self._next_prune:
+            return
+        self._next_prune = now + PRUNE_EVERY_SECONDS
+        async with self._sessions() as db, db.begin():
+            pruned = await streams.prune_finished(db, utcnow() - self._event_retention)
+        if pruned:
+            log.info("pruned the event logs of %d finished turns", pruned)
 
     async def recover_orphans(self, *, stale_only: bool) -> int:
         """Turns left running by a crashed process become `interrupted`, partial output kept."""
