@@ -182,8 +182,9 @@ async def message_text(
     """A page of one user-visible message's readable text, by character offset."""
     try:
         return await originals.read_original(db, conversation, message_id, offset, limit)
-    except LookupError:
-        raise not_found("message") from None
+    except LookupError as exc:
+        # The reader's words, so a remote `read_message` tells the model what package mode does.
+        raise ApiError(404, "not_found", str(exc)) from None
 
 
 def _reader(ctx: AppContext) -> DatabaseAttachmentReader:
