@@ -47,7 +47,8 @@ def level_clause(level: LineageLevel, after: int, before: int | None) -> Any:
     return clause
 
 
-def _newest_checkpoint(level: LineageLevel, before_message_id: int | None, *columns: Any) -> Any:
+def newest_checkpoint_query(level: LineageLevel, before_message_id: int | None, *columns: Any) -> Any:
+    """The index probe for the newest checkpoint of one lineage level (`ix_messages_checkpoint`)."""
     # `== True` (not IS TRUE) so PostgreSQL matches the index column by equality.
     checkpoint = Message.has_checkpoint == True  # noqa: E712
     return (
@@ -65,7 +66,7 @@ async def latest_checkpoint(
 
     One index probe per lineage level (`ix_messages_checkpoint`, read backwards)."""
     for level in levels:
-        found = await db.scalar(_newest_checkpoint(level, before_message_id, Message))
+        found = await db.scalar(newest_checkpoint_query(level, before_message_id, Message))
         if found is not None:
             return found
     return None
@@ -76,10 +77,15 @@ async def checkpoint_message_id(
 ) -> int | None:
     """The `message_id` of the newest checkpoint (the same probe, without loading the row)."""
     for level in levels:
-        found = await db.scalar(_newest_checkpoint(level, before_message_id, Message.message_id))
+        found = await db.scalar(newest_checkpoint_query(level, before_message_id, Message.message_id))
         if found is not None:
             return found
     return None
+
+
+def rows_query(level: LineageLevel, after: int, before: int | None) -> Any:
+    """Rows of one lineage level after the checkpoint, newest first (the unique key's index)."""
+    return select(Message).where(level_clause(level, after, before)).order_by(Message.message_id.desc())
 
 
 async def rows_after(
@@ -91,7 +97,7 @@ async def rows_after(
     for level in levels:
         if level.high is not None and level.high <= after:
             break
-        stmt = select(Message).where(level_clause(level, after, before)).order_by(Message.message_id.desc())
+        stmt = rows_query(level, after, before)
         if limit is not None:
             stmt = stmt.limit(limit - len(found))
         found.extend(await db.scalars(stmt))

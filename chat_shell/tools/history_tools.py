@@ -111,12 +111,14 @@ async def list_history(
     items = [_item(summary) for summary in page.items]
     next_before = page.next_before_message_id
     budget = session.page_tokens(LIST_NAME)
+    result = _listing(items, next_before)
     # Oldest first, so when the page does not fit, the oldest items wait for the next page.
-    while (result := _listing(items, next_before)) and session.count(result) > budget:
+    while session.count(result) > budget:
         if len(items) <= 1:
             raise ToolException("the tool-output budget is too small to list any message")
         items = items[1:]
         next_before = items[0]["message_id"]
+        result = _listing(items, next_before)
     return result
 
 
