@@ -69,7 +69,7 @@ class ChatShell:
         host: Host | None = None,
     ) -> None:
         """`host` serves each turn; without it, the given loader and readers serve every turn."""
-        if host is not None and (history_loader or attachments or history_browser):
+        if host is not None and (history_loader, attachments, history_browser) != (None, None, None):
             raise ValueError("give either a host or fixed services, not both")
         self.config = config
         self.tools = tools if tools is not None else default_tools()
