@@ -10,19 +10,35 @@ from fastapi import FastAPI
 
 from backend.api.errors import install_error_handlers
 from backend.api.limits import BodySizeLimit
-from backend.api.routes import attachments, auth, conversations, health, turns
+from backend.api.routes import attachments, auth, conversations, health, history, turns
 from backend.context import AppContext
 from backend.db import check_schema, create_engine, session_factory
-from backend.runtime_factory import open_runtime, runtime_config
+from backend.runtime_factory import open_runtime, require_service_token, runtime_config
+from backend.services.attachment_reader import DatabaseAttachmentReader
 from backend.services.auth import Passwords
 from backend.services.broker import create_broker
+from backend.services.capabilities import CapabilityIssuer
 from backend.services.event_log import EventWriter
+from backend.services.history import DatabaseHistory
+from backend.services.originals import DatabaseHistoryBrowser
 from backend.services.turn_runner import TurnDefaults, TurnRunner
 from backend.settings import Settings, get_settings
+from chat_shell.history.loader import PackageHistoryLoader
+
+
+def _remote_access(settings: Settings) -> CapabilityIssuer | None:
+    """Service mode: each turn carries this backend's URL and a capability for its conversation."""
+    if settings.runtime_mode != "service":
+        return None
+    return CapabilityIssuer(
+        require_service_token(settings), settings.backend_url, settings.turn_capability_seconds
+    )
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    if settings.runtime_mode == "service":
+        require_service_token(settings)  # fail before serving, with the fix in the message
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -31,7 +47,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             stack.push_async_callback(engine.dispose)
             await check_schema(engine)
             sessions = session_factory(engine)
-            runtime = await stack.enter_async_context(open_runtime(settings))
+            runtime = await stack.enter_async_context(
+                open_runtime(
+                    settings,
+                    history_loader=PackageHistoryLoader(DatabaseHistory(sessions)),
+                    attachments=DatabaseAttachmentReader(sessions, settings),
+                    history_browser=DatabaseHistoryBrowser(sessions),
+                )
+            )
             broker = create_broker(settings.redis_url)
             writer = EventWriter(sessions, broker.publish)
             writer.start()
@@ -49,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 defaults,
                 shared=settings.redis_url is not None,
                 event_retention=timedelta(days=days) if days else None,
+                remote_access=_remote_access(settings),
             )
             await runner.start()
             stack.push_async_callback(runner.stop)
@@ -62,6 +86,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodySizeLimit, max_bytes=settings.max_request_bytes, exempt_prefixes=("/api/attachments",)
     )
     install_error_handlers(app)
-    for module in (auth, conversations, turns, attachments, health):
+    for module in (auth, conversations, history, turns, attachments, health):
         app.include_router(module.router)
     return app

@@ -82,13 +82,16 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser.parse_args(argv)
     settings = get_settings()
-    if args.command == "serve":
-        _serve(args, settings)
+    if args.command in ("serve", "service"):
+        from backend.runtime_factory import RuntimeConfigurationError
+
+        try:
+            (_serve if args.command == "serve" else _service)(args, settings)
+        except RuntimeConfigurationError as exc:
+            raise SystemExit(f"error: {exc}") from None
     elif args.command == "migrate":
         _migrate(settings)
         print("database is at the latest schema")
-    elif args.command == "service":
-        _service(args, settings)
     elif args.command == "create-user":
         if args.password_env:
             password = os.environ.get(args.password_env, "")

@@ -1,7 +1,10 @@
 """The turn runtime the backend drives, chosen by configuration (SPEC 6.4, 8).
 
-Package mode (default): `ChatShell` in this process. Service mode: `RemoteChatShell` talking to
-`settings.service_url`. `create_service_app` is what `chat-shell service` serves.
+Package mode (default): `ChatShell` in this process, reading history, attachments and the
+user-visible record in-process. Service mode: `RemoteChatShell` talking to `settings.service_url`;
+the service (`create_service_app`, what `chat-shell service` serves) reads them back from the
+backend over HTTP with the capability each turn request carries. Service mode needs
+`CHAT_SHELL_SERVICE_TOKEN` on both sides.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from fastapi import FastAPI
 
 from backend.settings import Settings
 from chat_shell.api.app import create_service_app as create_chat_shell_app
-from chat_shell.contracts import AttachmentReader, HistoryLoader, TurnRuntime
+from chat_shell.contracts import AttachmentReader, HistoryBrowser, HistoryLoader, TurnRuntime
 from chat_shell.guard.protocol import GuardFactory
+from chat_shell.host.remote import RemoteHost
 from chat_shell.providers.openai import ProviderConfig
 from chat_shell.remote import RemoteChatShell
 from chat_shell.runtime import ChatShell, RuntimeConfig
@@ -46,6 +50,16 @@ def provider_config(settings: Settings) -> ProviderConfig:
     )
 
 
+def require_service_token(settings: Settings) -> str:
+    if not settings.service_token:
+        raise RuntimeConfigurationError(
+            "Service mode needs a shared secret: set CHAT_SHELL_SERVICE_TOKEN to the same value for the "
+            "backend and the chat_shell service (it authenticates the backend to the service and keys "
+            "the per-turn capabilities the service reads history with)."
+        )
+    return settings.service_token
+
+
 def runtime_config(settings: Settings) -> RuntimeConfig:
     return RuntimeConfig(
         provider=provider_config(settings),
@@ -63,6 +77,7 @@ def build_chat_shell(
     guard_factory: GuardFactory | None = None,
     history_loader: HistoryLoader | None = None,
     attachments: AttachmentReader | None = None,
+    history_browser: HistoryBrowser | None = None,
 ) -> ChatShell:
     return ChatShell(
         runtime_config(settings),
@@ -70,6 +85,7 @@ def build_chat_shell(
         guard_factory=guard_factory,
         history_loader=history_loader,
         attachments=attachments,
+        history_browser=history_browser,
     )
 
 
@@ -79,21 +95,32 @@ def build_runtime(
     guard_factory: GuardFactory | None = None,
     history_loader: HistoryLoader | None = None,
     attachments: AttachmentReader | None = None,
+    history_browser: HistoryBrowser | None = None,
 ) -> TurnRuntime:
     """The runtime for the backend: in-process, or a client of the chat_shell service."""
     if settings.runtime_mode == "service":
-        return RemoteChatShell(settings.service_url, token=settings.service_token)
+        return RemoteChatShell(settings.service_url, token=require_service_token(settings))
     return build_chat_shell(
-        settings, guard_factory=guard_factory, history_loader=history_loader, attachments=attachments
+        settings,
+        guard_factory=guard_factory,
+        history_loader=history_loader,
+        attachments=attachments,
+        history_browser=history_browser,
     )
 
 
 @asynccontextmanager
 async def open_runtime(
-    settings: Settings, *, attachments: AttachmentReader | None = None
+    settings: Settings,
+    *,
+    history_loader: HistoryLoader | None = None,
+    attachments: AttachmentReader | None = None,
+    history_browser: HistoryBrowser | None = None,
 ) -> AsyncIterator[TurnRuntime]:
     """The backend's runtime for the lifetime of the app; a service client is closed on exit."""
-    runtime = build_runtime(settings, attachments=attachments)
+    runtime = build_runtime(
+        settings, history_loader=history_loader, attachments=attachments, history_browser=history_browser
+    )
     try:
         yield runtime
     finally:
@@ -105,11 +132,11 @@ def create_service_app(
     settings: Settings,
     *,
     guard_factory: GuardFactory | None = None,
-    history_loader: HistoryLoader | None = None,
-    attachments: AttachmentReader | None = None,
+    tools: ToolRegistry | None = None,
 ) -> FastAPI:
-    """chat_shell alone (`chat-shell service`): the package runtime behind `POST /v1/response`."""
-    shell = build_chat_shell(
-        settings, guard_factory=guard_factory, history_loader=history_loader, attachments=attachments
-    )
-    return create_chat_shell_app(shell, service_token=settings.service_token)
+    """chat_shell alone (`chat-shell service`): the package runtime behind `POST /v1/response`,
+    reading each turn's history, attachments and originals from the backend that sent it."""
+    token = require_service_token(settings)
+    host = RemoteHost()
+    shell = ChatShell(runtime_config(settings), tools=tools, guard_factory=guard_factory, host=host)
+    return create_chat_shell_app(shell, service_token=token, on_shutdown=host.aclose)

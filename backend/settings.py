@@ -35,8 +35,12 @@ class Settings(BaseSettings):
     # Where chat_shell runs: in this process, or as its own service reached over HTTP.
     runtime_mode: Literal["package", "service"] = "package"
     service_url: str = "http://127.0.0.1:8100"
+    # Required in service mode: authenticates the backend to the service and keys the per-turn
+    # capabilities the service reads history and attachments with.
     service_token: str | None = None
+    # Where the chat_shell service reaches this backend (sent with every turn in service mode).
     backend_url: str = "http://127.0.0.1:8000"
+    turn_capability_seconds: int = Field(default=3600, gt=0)
 
     # Accounts and HTTP. CHEAPEST hashing exists for test suites only.
     password_hash_profile: Literal["RFC_9106_LOW_MEMORY", "RFC_9106_HIGH_MEMORY", "CHEAPEST"] = (
@@ -63,7 +67,9 @@ class Settings(BaseSettings):
     log_json: bool = False
     log_level: str = "INFO"
 
-    @field_validator("openai_base_url", "openai_api_key", "redis_url", "model", mode="before")
+    @field_validator(
+        "openai_base_url", "openai_api_key", "redis_url", "model", "service_token", mode="before"
+    )
     @classmethod
     def _blank_is_none(cls, value: object) -> object:
         return None if value == "" else value

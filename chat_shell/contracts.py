@@ -127,9 +127,24 @@ class UserInput(BaseModel):
     attachments: list[AttachmentRef] = Field(default_factory=list)
 
 
+class BackendAccess(BaseModel):
+    """How a chat_shell service reaches the backend for one turn (service mode, SPEC 6.4).
+
+    `capability` is a short-lived token the backend minted for this turn: it reads the
+    conversation's model history, its user-visible messages and its attachments' text, and
+    nothing else. The backend sends its own base URL, so the service needs no backend address.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    capability: str
+
+
 class TurnRequest(BaseModel):
     """Everything one turn needs. `history` is the resolved model-visible history (SPEC 6.2);
-    when it is None, chat_shell loads it itself through its history loader (service mode)."""
+    when it is None, chat_shell loads it itself through its history loader (service mode, with
+    `backend` access)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -139,6 +154,7 @@ class TurnRequest(BaseModel):
     assistant_message_id: int
     user: UserInput
     history: list[ChainMessage] | None = None
+    backend: BackendAccess | None = None
     model: str | None = None
     system_prompt: str | None = None
 
@@ -345,6 +361,13 @@ TERMINAL_EVENT_TYPES = frozenset({"turn.completed", "turn.failed", "turn.cancell
 # ---------------------------------------------------------------------------
 
 
+# The most characters one HTTP text read returns (attachment text, a message's text); readers
+# that need more ask again from `next_offset`.
+MAX_TEXT_PAGE_CHARS = 1_000_000
+# The most messages one `list_history` page (and the outline endpoint) returns.
+MAX_OUTLINE_ITEMS = 50
+
+
 class AttachmentPage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -355,6 +378,61 @@ class AttachmentPage(BaseModel):
     total_chars: int
     has_more: bool
     truncated_at_parse: bool = False
+
+
+class ModelHistory(BaseModel):
+    """The model-visible history of a conversation (SPEC 6.2), as the history endpoint sends it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conversation_id: int
+    # The assistant message whose checkpoint chain opens `messages` (None: no checkpoint used).
+    checkpoint_message_id: int | None = None
+    messages: list[ChainMessage]
+
+
+class OriginalSummary(BaseModel):
+    """One message of the user-visible record, as `list_history` shows it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message_id: int
+    role: Literal["user", "assistant"]
+    status: str
+    created_at: datetime
+    # Characters of the message's readable text (what `read_message` pages through).
+    chars: int
+    # The start of that text, whitespace collapsed, bounded.
+    snippet: str
+    # At or before the latest compaction checkpoint: the model sees it only through the summary
+    # (or as a retained copy).
+    summarized: bool
+
+
+class OriginalsPage(BaseModel):
+    """Messages before a point of the user-visible record, oldest first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[OriginalSummary]
+    # Pass as `before_message_id` to continue further back; None when nothing older exists.
+    next_before_message_id: int | None = None
+
+
+class OriginalText(BaseModel):
+    """A page of one user-visible message's readable text, by character offset (code points)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message_id: int
+    role: Literal["user", "assistant"]
+    status: str
+    created_at: datetime
+    offset: int
+    text: str
+    next_offset: int
+    total_chars: int
+    has_more: bool
 
 
 class TurnRuntime(Protocol):
@@ -371,6 +449,21 @@ class HistoryLoader(Protocol):
     """Loads the model-visible history of a conversation (SPEC 6.2), newest checkpoint first."""
 
     async def load(self, conversation_id: int, before_message_id: int) -> list[ChainMessage]: ...
+
+
+class HistoryBrowser(Protocol):
+    """Reads a conversation's user-visible record for the `list_history` and `read_message` tools.
+
+    Scoped to one conversation (its fork lineage included); an unknown message raises `LookupError`.
+    """
+
+    async def outline(
+        self, conversation_id: int, before_message_id: int | None, limit: int
+    ) -> OriginalsPage: ...
+
+    async def read(
+        self, conversation_id: int, message_id: int, offset: int, limit_chars: int
+    ) -> OriginalText: ...
 
 
 class AttachmentReader(Protocol):

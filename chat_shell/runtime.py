@@ -6,7 +6,11 @@
 
 One `InMemorySaver` belongs to the instance and holds only the threads of attempts that are
 running right now (each is deleted when its attempt ends). Compiled graphs are cached per
-model, so a turn compiles nothing.
+model, so a turn compiles nothing; the tools offered vary per attempt (see `ToolRegistry`).
+
+What the host serves a turn (history, attachments, the user-visible record) comes from a
+`Host`: fixed in-process implementations (package mode), or clients of the backend built from
+the request's `backend` access (service mode, `chat_shell.host.remote.RemoteHost`).
 """
 
 from __future__ import annotations
@@ -21,9 +25,17 @@ from langgraph.graph.state import CompiledStateGraph
 from chat_shell.agents.builder import build_agent
 from chat_shell.agents.runner import TurnExecution, TurnSetup
 from chat_shell.compression.token_counter import text_counter_for
-from chat_shell.contracts import TERMINAL_EVENT_TYPES, AttachmentReader, HistoryLoader, TurnEvent, TurnRequest
+from chat_shell.contracts import (
+    TERMINAL_EVENT_TYPES,
+    AttachmentReader,
+    HistoryBrowser,
+    HistoryLoader,
+    TurnEvent,
+    TurnRequest,
+)
 from chat_shell.guard.factory import build_guard
 from chat_shell.guard.protocol import GuardFactory
+from chat_shell.host import FixedHost, Host, TurnServices
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
 from chat_shell.providers.profiles import ModelProfile, resolve_profile
 from chat_shell.tools.registry import ToolRegistry, default_tools
@@ -54,14 +66,17 @@ class ChatShell:
         guard_factory: GuardFactory | None = None,
         history_loader: HistoryLoader | None = None,
         attachments: AttachmentReader | None = None,
+        history_browser: HistoryBrowser | None = None,
+        host: Host | None = None,
     ) -> None:
+        """`host` serves each turn; without it, the given loader and readers serve every turn."""
+        if host is not None and (history_loader, attachments, history_browser) != (None, None, None):
+            raise ValueError("give either a host or fixed services, not both")
         self.config = config
         self.tools = tools if tools is not None else default_tools()
         self.checkpointer = InMemorySaver()
         self._guard_factory = guard_factory or build_guard
-        self._history_loader = history_loader
-        self._attachments = attachments
-        self._tool_schemas = self.tools.schemas()
+        self._host = host or FixedHost(TurnServices(history_loader, attachments, history_browser))
         self._graphs: dict[tuple[str, int, bool], CompiledStateGraph] = {}
         # Load the default model's tokenizer now, not inside the first turn (it takes ~0.3 s).
         text_counter_for(self.profile())
@@ -97,12 +112,11 @@ class ChatShell:
             graphs=self.graph,
             checkpointer=self.checkpointer,
             guard_factory=self._guard_factory,
-            tool_schemas=self._tool_schemas,
+            tools=self.tools,
             tool_call_limit=self.config.tool_call_limit,
             truncation_retries=self.config.truncation_retries,
             system_prompt=request.system_prompt or self.config.system_prompt,
-            history_loader=self._history_loader,
-            attachments=self._attachments,
+            services=self._host.services(request),
         )
         queue: asyncio.Queue[TurnEvent | None] = asyncio.Queue()
         execution = TurnExecution(setup, request, cancel or asyncio.Event(), queue.put_nowait)

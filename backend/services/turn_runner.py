@@ -24,6 +24,7 @@ from backend.models import Attachment, Conversation, Turn, TurnStatus
 from backend.models.base import utcnow
 from backend.services import streams, turns
 from backend.services.broker import LocalBroker
+from backend.services.capabilities import CapabilityIssuer
 from backend.services.conversations import user_visible_result
 from backend.services.event_log import EventWriter, StoredEvent, TurnLog
 from backend.services.history import resolve_history
@@ -78,6 +79,7 @@ class TurnRunner:
         *,
         shared: bool,
         event_retention: timedelta | None = None,
+        remote_access: CapabilityIssuer | None = None,
     ) -> None:
         self.runner_id = uuid.uuid4().hex
         self._sessions = sessions
@@ -85,6 +87,8 @@ class TurnRunner:
         self._writer = writer
         self._broker = broker
         self._defaults = defaults
+        # Service mode: chat_shell loads the history itself, with access minted per turn.
+        self._remote_access = remote_access
         # With several replicas (shared broker) only stale turns are orphans; alone, all are.
         self._shared = shared
         # Event rows of turns finished longer ago are pruned; their replay is synthesized.
@@ -113,6 +117,10 @@ class TurnRunner:
 
     def model_for(self, conversation: Conversation) -> str:
         return conversation.model_profile or self._defaults.model
+
+    @property
+    def system_prompt(self) -> str | None:
+        return self._defaults.system_prompt
 
     def launch(self, started: turns.StartedTurn, model: str) -> None:
         job = _Job(started)
@@ -157,12 +165,17 @@ class TurnRunner:
             job.done.set()
 
     async def _build_request(self, started: turns.StartedTurn, model: str) -> TurnRequest:
+        """Package mode resolves the history here; service mode sends `backend` access instead
+        and chat_shell loads the same pipeline's output over HTTP."""
+        history = None
         async with self._sessions() as db:
-            conversation = await db.get(Conversation, started.conversation_id)
-            assert conversation is not None
-            history = await resolve_history(
-                db, conversation, before_message_id=started.user_message.message_id
-            )
+            if self._remote_access is None:
+                conversation = await db.get(Conversation, started.conversation_id)
+                assert conversation is not None
+                resolved = await resolve_history(
+                    db, conversation, before_message_id=started.user_message.message_id
+                )
+                history = resolved.messages
             attachments = await _attachment_refs(db, started.attachment_ids)
         return TurnRequest(
             conversation_id=started.conversation_id,
@@ -175,6 +188,11 @@ class TurnRunner:
                 attachments=attachments,
             ),
             history=history,
+            backend=(
+                self._remote_access.access(started.conversation_id, started.owner_id)
+                if self._remote_access is not None
+                else None
+            ),
             model=model,
             system_prompt=self._defaults.system_prompt,
         )

@@ -233,8 +233,14 @@ async def finish_turn(
     turn = await db.get(Turn, started.turn_id)
     assert message is not None and turn is not None
     message.status = _MESSAGE_STATUS[terminal]
-    message.result = result_document(result, error)
-    message.has_checkpoint = has_summary(result.messages_chain)
+    document = result_document(result, error)
+    if not result.messages_chain and message.has_checkpoint:
+        # A turn that ended outside the runtime (its service connection broke, say) reports no
+        # chain: the checkpoint it stored when it compacted stays, so the next turn starts there.
+        document["messages_chain"] = (message.result or {}).get("messages_chain", [])
+    else:
+        message.has_checkpoint = has_summary(result.messages_chain)
+    message.result = document
     message.updated_at = now
     metrics = result.context_metrics
     turn.status = _TURN_STATUS[terminal]

@@ -1,13 +1,17 @@
 """Agent assembly (SPEC 5.1): `create_react_agent` with the composed pre-model hook.
 
 The graph is compiled once per model and reused by every turn; what differs per attempt (the
-guard, the attempt guidance, the conversation the tools act for) travels in the LangGraph run
-context (`AttemptRuntime`), never in module state.
+guard, the attempt guidance, the tools offered, the conversation the tools act for) travels in
+the LangGraph run context (`AttemptRuntime`), never in module state.
+
+The tool node holds every registered tool; the model node binds only the attempt's offered
+`ToolSet` (a dynamic model: one binding per tool set, made once and cached), and a call of a
+registered tool that was not offered gets the same error as an unknown tool.
 
 Two variants exist per model: the tool loop, and an answer-only graph for the tool-limit
-recovery reply. The answer-only graph still sends the tool schemas (with `tool_choice="none"`),
-so a provider that insists on schemas for tool history accepts it and the guard's budget counts
-the same request shape.
+recovery reply. The answer-only graph still sends the offered tool schemas (with
+`tool_choice="none"`), so a provider that insists on schemas for tool history accepts it and the
+guard's budget counts the same request shape.
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent
-from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE, ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from chat_shell.contracts import AttachmentReader, ToolStarted
-from chat_shell.tools.registry import tool_error_message
+from chat_shell.tools.history_tools import HistoryToolSession
+from chat_shell.tools.registry import ToolSet, tool_error_message
 
 # LangGraph's own reply when the step budget runs out while the model still wants tools.
 STEP_LIMIT_REPLY = "Sorry, need more steps to process this request."
@@ -48,7 +53,10 @@ class AttemptRuntime:
     hook: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
     conversation_id: int
     owner_id: int
+    # The tools bound to the model in this attempt.
+    tools: ToolSet
     attachments: AttachmentReader | None = None
+    history: HistoryToolSession | None = None
 
 
 def recursion_limit(tool_rounds: int) -> int:
@@ -112,9 +120,40 @@ async def _announce_tool_call(
     request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command]]
 ) -> ToolMessage | Command:
     call = request.tool_call
+    offered = request.runtime.context.tools.names
+    if call["name"] not in offered:
+        # Registered but not offered this attempt: answered like a tool that does not exist.
+        return ToolMessage(
+            INVALID_TOOL_NAME_ERROR_TEMPLATE.format(
+                requested_tool=call["name"], available_tools=", ".join(offered)
+            ),
+            name=call["name"],
+            tool_call_id=call["id"] or "",
+            status="error",
+        )
     # Through the graph's own stream, so the event stays in order with the model's tokens.
     request.runtime.stream_writer(ToolStarted(call_id=call["id"] or "", name=call["name"], args=call["args"]))
     return await execute(request)
+
+
+def _offered_model(model: BaseChatModel, *, answer_only: bool) -> Callable[..., Runnable[Any, BaseMessage]]:
+    """The model node's model for an attempt: bound to the attempt's tool set (cached per set)."""
+    bound: dict[tuple[str, ...], Runnable[Any, BaseMessage]] = {}
+
+    def select(state: dict[str, Any], runtime: Runtime[AttemptRuntime]) -> Runnable[Any, BaseMessage]:
+        offered = runtime.context.tools
+        found = bound.get(offered.names)
+        if found is None:
+            if not offered.tools:
+                found = model
+            elif answer_only:
+                found = model.bind_tools(list(offered.tools), tool_choice="none")
+            else:
+                found = model.bind_tools(list(offered.tools))
+            bound[offered.names] = found
+        return found
+
+    return select
 
 
 def build_agent(
@@ -124,14 +163,10 @@ def build_agent(
     checkpointer: BaseCheckpointSaver,
     answer_only: bool = False,
 ) -> CompiledStateGraph:
+    """The agent for `model`; `tools` is every tool it may run (each attempt offers a subset)."""
     if answer_only:
-        bound: Runnable[Any, BaseMessage] = model.bind_tools(tools, tool_choice="none") if tools else model
-
-        def answering_model(state: dict[str, Any], runtime: Runtime[AttemptRuntime]) -> Runnable[Any, Any]:
-            return bound
-
         return create_react_agent(
-            answering_model,
+            _offered_model(model, answer_only=True),
             [],
             pre_model_hook=_pre_model_hook,
             checkpointer=checkpointer,
@@ -139,7 +174,7 @@ def build_agent(
         )
     tool_node = ToolNode(tools, handle_tool_errors=tool_error_message, awrap_tool_call=_announce_tool_call)
     return create_react_agent(
-        model,
+        _offered_model(model, answer_only=False),
         tool_node,
         pre_model_hook=_pre_model_hook,
         post_model_hook=_check_model_reply,

@@ -32,10 +32,10 @@ from chat_shell.agents.finalizer import (
 from chat_shell.agents.serializer import serialize_chain
 from chat_shell.agents.transcript import TurnTranscript
 from chat_shell.agents.turn_context import TurnContext
+from chat_shell.compression.budget import budget_for
+from chat_shell.compression.token_counter import text_counter_for
 from chat_shell.contracts import (
-    AttachmentReader,
     ChainMessage,
-    HistoryLoader,
     TerminationReason,
     TurnCancelled,
     TurnCompleted,
@@ -47,11 +47,14 @@ from chat_shell.contracts import (
 )
 from chat_shell.guard.composition import chain_pre_model_hooks
 from chat_shell.guard.protocol import ContextRefused, GuardContext, GuardFactory, TurnGuard
+from chat_shell.host import TurnServices
 from chat_shell.messages.convert import initial_messages
 from chat_shell.messages.markers import is_summary
 from chat_shell.messages.tool_pairs import sanitize_tool_pairs, tool_pair_count
 from chat_shell.providers.errors import classify_provider_error
 from chat_shell.providers.profiles import ModelProfile
+from chat_shell.tools.history_tools import HistoryToolSession
+from chat_shell.tools.registry import ToolRegistry, TurnFacts
 
 logger = logging.getLogger("chat_shell.runtime")
 
@@ -70,12 +73,12 @@ class TurnSetup:
     graphs: GraphSource
     checkpointer: BaseCheckpointSaver
     guard_factory: GuardFactory
-    tool_schemas: Sequence[dict[str, Any]]
+    tools: ToolRegistry
     tool_call_limit: int
     truncation_retries: int
     system_prompt: str | None
-    history_loader: HistoryLoader | None
-    attachments: AttachmentReader | None
+    # What the host serves this turn (history, attachments, the user-visible record).
+    services: TurnServices
 
 
 class _HistoryUnavailable(Exception):
@@ -98,6 +101,7 @@ class TurnExecution:
         self.guards: list[TurnGuard] = []
         self._overflows = 0
         self._terminated = False
+        self._history_tools = self._history_session()
 
     # -- events ----------------------------------------------------------------------------
 
@@ -146,7 +150,7 @@ class TurnExecution:
     async def _history(self) -> list[ChainMessage]:
         if self.request.history is not None:
             return self.request.history
-        loader = self.setup.history_loader
+        loader = self.setup.services.history
         if loader is None:
             raise _HistoryUnavailable("The request carries no history and no history loader is configured.")
         try:
@@ -155,19 +159,38 @@ class TurnExecution:
             logger.warning("history load failed for conversation %s: %r", self.request.conversation_id, exc)
             raise _HistoryUnavailable("The conversation history could not be loaded.") from exc
 
+    def _history_session(self) -> HistoryToolSession | None:
+        browser = self.setup.services.originals
+        if browser is None:
+            return None
+        return HistoryToolSession(
+            conversation_id=self.request.conversation_id,
+            before_message_id=self.request.user.message_id,
+            browser=browser,
+            budget_tokens=budget_for(self.setup.profile).tool_output_limit,
+            count=text_counter_for(self.setup.profile).count,
+        )
+
     # -- one attempt -----------------------------------------------------------------------
 
     async def _attempt(self, plan: AttemptPlan, turn: TurnContext) -> AttemptOutcome:
         setup = self.setup
+        # Decided per attempt: a retry after a compaction may start from a checkpoint.
+        offered = setup.tools.offered(
+            TurnFacts(
+                has_checkpoint=any(is_summary(message) for message in plan.seed),
+                can_browse_history=self._history_tools is not None,
+            )
+        )
         guard = setup.guard_factory(
             GuardContext(
                 profile=setup.profile,
                 conversation_id=self.request.conversation_id,
                 turn_id=self.request.turn_id,
-                tool_schemas=setup.tool_schemas,
+                tool_schemas=offered.schemas,
                 emit=self.emit_from_graph,
                 original_input_ids=turn.original_input_ids,
-                attachments=setup.attachments,
+                attachments=setup.services.attachments,
                 force_compaction=plan.force_compaction,
             )
         )
@@ -182,7 +205,9 @@ class TurnExecution:
             hook=chain_pre_model_hooks(guard, AttemptGuidance(plan.guidance)),
             conversation_id=self.request.conversation_id,
             owner_id=self.request.owner_id,
-            attachments=setup.attachments,
+            tools=offered,
+            attachments=setup.services.attachments,
+            history=self._history_tools,
         )
         ending: Ending | None = None
         failure = None

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -26,8 +27,21 @@ class ServiceError(Exception):
         self.status, self.code, self.message = status, code, message
 
 
-def create_service_app(runtime: TurnRuntime, *, service_token: str | None = None) -> FastAPI:
-    app = FastAPI(title="chat_shell", version="0.1.0")
+def create_service_app(
+    runtime: TurnRuntime,
+    *,
+    service_token: str | None = None,
+    on_shutdown: Callable[[], Awaitable[None]] | None = None,
+) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if on_shutdown is not None:
+                await on_shutdown()
+
+    app = FastAPI(title="chat_shell", version="0.1.0", lifespan=lifespan)
     running: dict[int, asyncio.Event] = {}
 
     @app.exception_handler(ServiceError)

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from backend.app import create_app
 from backend.runtime_factory import (
     RuntimeConfigurationError,
     build_runtime,
@@ -43,8 +44,20 @@ def test_package_mode_builds_an_in_process_runtime_with_profile_overrides(tmp_pa
 
 
 def test_service_mode_builds_a_client(tmp_path: Path) -> None:
-    settings = _settings(tmp_path, runtime_mode="service", service_url="http://127.0.0.1:8100")
+    settings = _settings(
+        tmp_path, runtime_mode="service", service_url="http://127.0.0.1:8100", service_token="tok"
+    )
     assert isinstance(build_runtime(settings), RemoteChatShell)
+
+
+def test_service_mode_without_a_token_fails_with_the_fix(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, runtime_mode="service", openai_base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(RuntimeConfigurationError, match="CHAT_SHELL_SERVICE_TOKEN"):
+        build_runtime(settings)
+    with pytest.raises(RuntimeConfigurationError, match="CHAT_SHELL_SERVICE_TOKEN"):
+        create_service_app(settings)
+    with pytest.raises(RuntimeConfigurationError, match="CHAT_SHELL_SERVICE_TOKEN"):
+        create_app(settings)
 
 
 @pytest.mark.parametrize("local_model", ["off", "auto"])

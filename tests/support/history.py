@@ -1,0 +1,380 @@
+"""Conversations seeded straight into the database, in the stored formats of the runtime.
+
+Chains are stored as `ChainMessage.model_dump(mode="json", exclude_none=True,
+exclude_defaults=True)`, summaries marked `summary_compacted`, retained clones
+`checkpoint_retained`: what the runtime and the compaction stage persist. Timestamps and ids are
+deterministic, so the same seed in two fresh databases gives identical rows.
+
+`CASES` is the table the history tests run: each case seeds one situation and names the
+conversation whose history is asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from backend.models import Conversation, Message, MessageStatus, Role, User
+from chat_shell.contracts import ChainMessage, ChainMetadata, TokenCount, ToolCall
+
+BASE_TIME = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+# How the compaction stage opens a summary; recognition is by marker, never by these words.
+SUMMARY_PREFIX = "[Summary of earlier turns]"
+
+
+def ai(text: str = "", *calls: ToolCall, **markers: Any) -> ChainMessage:
+    return ChainMessage(
+        role="assistant", content=text, tool_calls=list(calls), metadata=ChainMetadata(**markers)
+    )
+
+
+def call(call_id: str, name: str = "generate_report", **args: Any) -> ToolCall:
+    return ToolCall(id=call_id, name=name, args=args)
+
+
+def tool(call_id: str, output: str, name: str = "generate_report", **markers: Any) -> ChainMessage:
+    return ChainMessage(
+        role="tool", content=output, tool_call_id=call_id, name=name, metadata=ChainMetadata(**markers)
+    )
+
+
+def summary(text: str) -> ChainMessage:
+    return ChainMessage(
+        role="user",
+        content=f"{SUMMARY_PREFIX}\n{text}",
+        metadata=ChainMetadata(summary_compacted=True, summary_version=1),
+    )
+
+
+def retained(role: str, text: str) -> ChainMessage:
+    return ChainMessage(role=role, content=text, metadata=ChainMetadata(checkpoint_retained=True))  # type: ignore[arg-type]
+
+
+def stored(chain: Sequence[ChainMessage]) -> list[dict[str, Any]]:
+    return [entry.model_dump(mode="json", exclude_none=True, exclude_defaults=True) for entry in chain]
+
+
+def text_blocks(*parts: str | dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": part} if isinstance(part, str) else part for part in parts]
+
+
+class Seeder:
+    """Writes users, conversations and turns; message ids and timestamps follow insertion order."""
+
+    def __init__(self, db: AsyncSession, owner: User) -> None:
+        self.db = db
+        self.owner = owner
+        self._clock = 0
+
+    def _now(self) -> datetime:
+        self._clock += 1
+        return BASE_TIME + timedelta(minutes=self._clock)
+
+    async def conversation(
+        self, title: str, forked_from: tuple[Conversation, int] | None = None
+    ) -> Conversation:
+        parent, at = forked_from if forked_from else (None, 0)
+        conversation = Conversation(
+            owner_id=self.owner.id,
+            title=title,
+            forked_from_conversation_id=parent.id if parent else None,
+            forked_from_message_id=at if parent else None,
+            next_message_id=at + 1,
+            created_at=self._now(),
+            updated_at=self._now(),
+        )
+        self.db.add(conversation)
+        await self.db.flush()
+        return conversation
+
+    async def user_message(self, conversation: Conversation, text: str) -> Message:
+        return await self._add(conversation, Role.USER, MessageStatus.COMPLETED, text, None)
+
+    async def reply(
+        self,
+        conversation: Conversation,
+        *,
+        chain: Sequence[ChainMessage] = (),
+        value: str | None = None,
+        status: str = MessageStatus.COMPLETED,
+        blocks: list[dict[str, Any]] | None = None,
+        error: str | None = None,
+    ) -> Message:
+        """An assistant row; `value` defaults to the chain's last assistant text."""
+        if value is None:
+            value = next((e.content for e in reversed(chain) if e.role == "assistant" and e.content), "")
+            assert isinstance(value, str)
+        result: dict[str, Any] = {
+            "value": value,
+            "blocks": blocks if blocks is not None else (text_blocks(value) if value else []),
+            "messages_chain": stored(chain),
+            "termination_reason": "normal_completion" if status == MessageStatus.COMPLETED else status,
+        }
+        if error:
+            result["error"] = {"code": status, "message": error}
+        return await self._add(conversation, Role.ASSISTANT, status, "", result)
+
+    async def turn(
+        self, conversation: Conversation, text: str, *chain: ChainMessage, **reply: Any
+    ) -> Message:
+        await self.user_message(conversation, text)
+        return await self.reply(conversation, chain=chain, **reply)
+
+    async def _add(
+        self, conversation: Conversation, role: Role, status: str, content: str, result: dict[str, Any] | None
+    ) -> Message:
+        stamp = self._now()
+        message = Message(
+            conversation_id=conversation.id,
+            message_id=conversation.next_message_id,
+            role=role,
+            status=status,
+            content=content,
+            result=result,
+            has_checkpoint=any(
+                entry.get("metadata", {}).get("summary_compacted")
+                for entry in (result or {}).get("messages_chain", [])
+            ),
+            created_at=stamp,
+            updated_at=stamp,
+        )
+        conversation.next_message_id += 1
+        self.db.add(message)
+        await self.db.flush()
+        return message
+
+
+# ---------------------------------------------------------------------------------------------
+# The case table
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    seed: Callable[[Seeder], Awaitable[Conversation]]
+    # The expected model-visible history (from the latest compaction, no limit) as
+    # (role, content, markers) with markers the set of true marker flags.
+    expected: list[tuple[str, Any, frozenset[str]]]
+
+
+NONE: frozenset[str] = frozenset()
+SUMMARY = frozenset({"summary_compacted"})
+RETAINED = frozenset({"checkpoint_retained"})
+COMPACT = frozenset({"compacted"})
+
+
+async def _no_checkpoint(s: Seeder) -> Conversation:
+    c = await s.conversation("no checkpoint")
+    await s.turn(c, "Plan a 3-day trip to Kyoto under ¥50,000.", ai("Day 1: Fushimi Inari."))
+    await s.turn(
+        c,
+        "Check prices.",
+        ai("Let me check.", call("call_p", rows=2, seed=1, note=None)),
+        tool(
+            "call_p",
+            "[compact report: 2 rows kept]",
+            compacted=True,
+            token_count=TokenCount(encoding="cl100k_base", content_hash="abc", tokens=7),
+        ),
+        ai("Prices are fine.", local_input_tokens=812, provider_input_tokens=840, profile="gpt-4o"),
+        value="Let me check.\n\nPrices are fine.",
+        blocks=text_blocks(
+            "Let me check.",
+            {"type": "tool", "call_id": "call_p", "name": "generate_report", "args": {}, "output": "r" * 50},
+            "Prices are fine.",
+        ),
+    )
+    await s.user_message(c, f"{SUMMARY_PREFIX} is how I start notes; keep the budget.")
+    await s.reply(c, chain=[ai("Noted.")])
+    return c
+
+
+async def _newest_checkpoint_wins(s: Seeder) -> Conversation:
+    c = await s.conversation("two checkpoints")
+    await s.turn(c, "one", ai("r1"))
+    await s.turn(c, "two", summary("S1: one, two"), retained("user", "two"), ai("r2"))
+    await s.turn(c, "three", ai("r3"))
+    await s.turn(
+        c, "four", summary("S2: one to four"), retained("assistant", "r3"), retained("user", "four"), ai("r4")
+    )
+    await s.turn(c, "five", ai("r5"))
+    return c
+
+
+async def _fork_of_fork(s: Seeder) -> Conversation:
+    root = await s.conversation("root")
+    await s.turn(root, "r-one", ai("a1"))  # 1, 2
+    await s.turn(root, "r-two", summary("S-root: r-one, r-two"), retained("user", "r-two"), ai("a2"))  # 3, 4
+    await s.turn(root, "r-three", ai("a3"))  # 5, 6
+    # A newer checkpoint after the fork point: not part of any fork's history.
+    await s.turn(root, "r-four", summary("S-late"), retained("user", "r-four"), ai("a4"))  # 7, 8
+    child = await s.conversation("child", forked_from=(root, 6))
+    await s.turn(child, "c-four", ai("c4"))  # 7, 8
+    grandchild = await s.conversation("grandchild", forked_from=(child, 8))
+    await s.turn(grandchild, "g-five", ai("g5"))  # 9, 10
+    return grandchild
+
+
+async def _interrupted_after_checkpoint(s: Seeder) -> Conversation:
+    c = await s.conversation("interrupted")
+    await s.turn(c, "one", ai("r1"))
+    await s.turn(c, "two", summary("S: one, two"), retained("user", "two"), ai("r2"))
+    await s.user_message(c, "three")
+    await s.reply(
+        c,
+        status=MessageStatus.INTERRUPTED,
+        value="Half of the thi",
+        blocks=text_blocks("Half of the thi"),
+        error="The service restarted while this reply was being written.",
+    )
+    return c
+
+
+async def _failed_partial(s: Seeder) -> Conversation:
+    c = await s.conversation("failed")
+    await s.turn(c, "one", ai("r1"))
+    await s.user_message(c, "two")
+    await s.reply(
+        c,
+        chain=[ai("Let me check.", call("call_f", rows=1)), tool("call_f", "report")],
+        status=MessageStatus.FAILED,
+        value="Let me check.\n\nThe answer is 4",
+        blocks=text_blocks(
+            "Let me check.",
+            {
+                "type": "tool",
+                "call_id": "call_f",
+                "name": "generate_report",
+                "args": {"rows": 1},
+                "output": "report",
+            },
+            "The answer is 4",
+        ),
+        error="the provider stream failed",
+    )
+    await s.turn(c, "three", ai("r3"))
+    return c
+
+
+async def _cancelled_checkpoint(s: Seeder) -> Conversation:
+    c = await s.conversation("cancelled")
+    await s.turn(c, "one", ai("r1"))
+    await s.user_message(c, "two")
+    await s.reply(
+        c,
+        chain=[summary("S: one"), retained("user", "two")],
+        status=MessageStatus.CANCELLED,
+        value="Stopped hal",
+        blocks=text_blocks("Stopped hal"),
+    )
+    await s.turn(c, "three", ai("r3"))
+    return c
+
+
+CASES = [
+    Case(
+        "no_checkpoint",
+        _no_checkpoint,
+        [
+            ("user", "Plan a 3-day trip to Kyoto under ¥50,000.", NONE),
+            ("assistant", "Day 1: Fushimi Inari.", NONE),
+            ("user", "Check prices.", NONE),
+            ("assistant", "Let me check.", NONE),
+            ("tool", "[compact report: 2 rows kept]", COMPACT),
+            ("assistant", "Prices are fine.", NONE),
+            ("user", f"{SUMMARY_PREFIX} is how I start notes; keep the budget.", NONE),
+            ("assistant", "Noted.", NONE),
+        ],
+    ),
+    Case(
+        "newest_checkpoint_wins",
+        _newest_checkpoint_wins,
+        [
+            ("user", f"{SUMMARY_PREFIX}\nS2: one to four", SUMMARY),
+            ("assistant", "r3", RETAINED),
+            ("user", "four", RETAINED),
+            ("assistant", "r4", NONE),
+            ("user", "five", NONE),
+            ("assistant", "r5", NONE),
+        ],
+    ),
+    Case(
+        "fork_of_fork_with_ancestor_checkpoint",
+        _fork_of_fork,
+        [
+            ("user", f"{SUMMARY_PREFIX}\nS-root: r-one, r-two", SUMMARY),
+            ("user", "r-two", RETAINED),
+            ("assistant", "a2", NONE),
+            ("user", "r-three", NONE),
+            ("assistant", "a3", NONE),
+            ("user", "c-four", NONE),
+            ("assistant", "c4", NONE),
+            ("user", "g-five", NONE),
+            ("assistant", "g5", NONE),
+        ],
+    ),
+    Case(
+        "interrupted_after_checkpoint",
+        _interrupted_after_checkpoint,
+        [
+            ("user", f"{SUMMARY_PREFIX}\nS: one, two", SUMMARY),
+            ("user", "two", RETAINED),
+            ("assistant", "r2", NONE),
+            ("user", "three", NONE),
+            ("assistant", "Half of the thi", NONE),
+        ],
+    ),
+    Case(
+        "failed_turn_partial_text",
+        _failed_partial,
+        [
+            ("user", "one", NONE),
+            ("assistant", "r1", NONE),
+            ("user", "two", NONE),
+            ("assistant", "Let me check.", NONE),
+            ("tool", "report", NONE),
+            ("assistant", "The answer is 4", NONE),
+            ("user", "three", NONE),
+            ("assistant", "r3", NONE),
+        ],
+    ),
+    Case(
+        "cancelled_turn_holds_the_checkpoint",
+        _cancelled_checkpoint,
+        [
+            ("user", f"{SUMMARY_PREFIX}\nS: one", SUMMARY),
+            ("user", "two", RETAINED),
+            ("assistant", "Stopped hal", NONE),
+            ("user", "three", NONE),
+            ("assistant", "r3", NONE),
+        ],
+    ),
+]
+
+
+def shape(history: Sequence[ChainMessage]) -> list[tuple[str, Any, frozenset[str]]]:
+    flags = ("summary_compacted", "checkpoint_retained", "compacted")
+    return [
+        (entry.role, entry.content, frozenset(f for f in flags if getattr(entry.metadata, f)))
+        for entry in history
+    ]
+
+
+async def seed_cases(
+    sessions: async_sessionmaker[AsyncSession], username: str, cases: Sequence[Case] = tuple(CASES)
+) -> dict[str, int]:
+    """Seeds every case for `username` (an existing user); the conversation id of each case."""
+    made: dict[str, int] = {}
+    async with sessions() as db, db.begin():
+        owner = await db.scalar(select(User).where(User.username == username))
+        assert owner is not None
+        seeder = Seeder(db, owner)
+        for case in cases:
+            made[case.name] = (await case.seed(seeder)).id
+    return made
