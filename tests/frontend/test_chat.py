@@ -165,3 +165,15 @@ def test_edit_and_resend_forks_at_the_edited_message(page: Page, stack: Stack, u
     page.wait_for_url(lambda url: not url.endswith(f"/c/{fork}"))
     wait_finished(page)
     expect(page.locator(".msg.user .msg-body")).to_have_text(["My budget is 200 euros"])
+
+
+def test_a_failed_reply_says_why_and_the_chat_goes_on(page: Page, stack: Stack, username: str) -> None:
+    start(page, stack, username)
+    stack.provider.script(text("Half an ans", stream_fault="error_event"))
+    send(page, "Answer me")
+    reply = wait_finished(page, "failed")
+    expect(reply.locator(".msg-note")).to_contain_text("The reply failed")
+    expect(reply.locator(".md")).to_have_text("Half an ans")
+    screenshot(page, "failed-reply")
+    send(page, "Try again")
+    expect(wait_finished(page)).to_contain_text("Echo: Try again")

@@ -86,7 +86,7 @@ def early_turns(count: int) -> list[dict[str, Any]]:
 def test_the_boundary_shows_where_earlier_messages_were_summarized(
     page: Page, stack: Stack, username: str
 ) -> None:
-    start(page, stack, username)
+    client = start(page, stack, username)
     done = record("completed", after_tokens=1500, summary_text=SUMMARY, duration_ms=2100.0)
     cid = seed_conversation(
         stack.database_url,
@@ -120,6 +120,17 @@ def test_the_boundary_shows_where_earlier_messages_were_summarized(
     expect(page.locator("#meter-details")).to_contain_text("Earlier messages were summarized")
     expect(page.locator('#meter-details tr[data-source="summary"] td.num')).to_have_text("600")
     screenshot(page, "compaction-boundary")
+
+    # The model's view of the same conversation, or a clear note where the server has none.
+    page.get_by_role("button", name="What the model sees").click()
+    dialog = page.get_by_role("dialog", name="What the model sees")
+    expect(dialog).to_be_visible()
+    if client.get(f"/api/conversations/{cid}/context").status_code == 404:
+        expect(dialog).to_contain_text("This server does not offer the model's view of a conversation yet.")
+    else:
+        expect(dialog.locator(".model-entry").first).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
 
 
 def test_compacting_survives_a_reload_mid_compaction_then_the_boundary_appears(

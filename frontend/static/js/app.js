@@ -6,6 +6,7 @@ import { titleFrom } from "./format.js";
 import { instrumentation, markFirstPage, recordEvent } from "./instrumentation.js";
 import { copyText } from "./markdown.js";
 import { ContextMeter } from "./meter.js";
+import { ModelView } from "./model-view.js";
 import { Sidebar } from "./sidebar.js";
 import { TurnStream } from "./stream.js";
 import { Transcript } from "./transcript.js";
@@ -21,7 +22,9 @@ const state = {
   opening: 0, // increments per open(), so a slow response for an old conversation is dropped
 };
 
-const meter = new ContextMeter($("context-meter"));
+const meter = new ContextMeter($("context-meter"), () => {
+  if (state.conversation) new ModelView(state.conversation.id).show();
+});
 const transcript = new Transcript({
   scroller: $("transcript"),
   list: $("messages"),
@@ -98,7 +101,7 @@ async function open(id) {
   closeStream();
   composer.setRunning(false);
   composer.say("");
-  meter.reset();
+  meter.reset(id);
   sidebar.setCurrent(id);
   transcript.reset();
   if (id == null) {
@@ -128,10 +131,10 @@ async function open(id) {
   transcript.showPage(page.items, page.has_more);
   markFirstPage();
   restoreMeter(page.items);
-  if (conversation.running_turn_id) {
-    const view = transcript.lastAssistant;
-    if (view && view.message.status === "running") follow(conversation.running_turn_id, view);
-  }
+  // A reply still being written: follow it (by its turn id, or the conversation's latest turn
+  // when the turn ended between the two requests above; its replay then finishes the view).
+  const view = transcript.lastAssistant;
+  if (view?.message.status === "running") follow(conversation.running_turn_id, view);
 }
 
 // The meter's last state: the final snapshot stored on the newest assistant message that has one.
@@ -155,10 +158,9 @@ function follow(turnId, view) {
   state.streamingView = view;
   const stream = new TurnStream(conversationId, turnId, {
     onEvent: (name, data, meta) => {
-      const stick = transcript.atEnd();
       handleEvent(view, name, data);
-      if (stick) transcript.scrollToEnd();
       recordEvent(meta.receivedAt);
+      transcript.followEnd();
     },
     onConnection: (connection) => {
       if (connection === "reconnecting") composer.say("Connection lost; reconnecting…", "warning");
@@ -229,6 +231,7 @@ async function send(text, attachments) {
   if (!state.conversation) {
     const conversation = await api.post("/api/conversations", { title: titleFrom(text || attachments[0]?.filename || "") });
     state.conversation = conversation;
+    meter.reset(conversation.id);
     history.pushState({ id: conversation.id }, "", `/c/${conversation.id}`);
     showTitle(conversation);
     sidebar.setCurrent(conversation.id);
@@ -356,6 +359,5 @@ window.addEventListener("popstate", () => {
 });
 
 transcript.loadOlder = (before) => api.get(`/api/conversations/${state.conversation.id}/messages?before_message_id=${before}&limit=${PAGE}`);
-document.body.dataset.user = boot.user.username;
 sidebar.reload();
 open(boot.conversation_id);

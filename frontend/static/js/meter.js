@@ -25,8 +25,10 @@ const STATE_LABELS = {
 const COMPACTING = new Set(["started", "in_progress"]);
 
 export class ContextMeter {
-  constructor(root) {
+  // onShowModel(): opens the model's view of the conversation (the button is hidden without one)
+  constructor(root, onShowModel) {
     this.root = root;
+    this.onShowModel = onShowModel;
     this.metrics = null;
     this.compaction = null; // the latest compaction status seen in this turn
     this.build();
@@ -48,7 +50,15 @@ export class ContextMeter {
       this.label,
       this.spinner,
     );
-    this.details = h("div", { class: "meter-details", id: "meter-details", role: "region", "aria-label": "Context breakdown" });
+    this.content = h("div", { class: "meter-content" });
+    this.modelButton = h("button", { type: "button", class: "btn ghost tiny", text: "What the model sees" });
+    this.modelButton.addEventListener("click", () => this.onShowModel());
+    this.details = h(
+      "div",
+      { class: "meter-details", id: "meter-details", role: "region", "aria-label": "Context breakdown" },
+      this.content,
+      h("p", { class: "meter-actions" }, this.modelButton),
+    );
     this.button.addEventListener("click", () => this.toggle());
     this.root.addEventListener("keydown", (event) => {
       if (event.key === "Escape" && this.root.classList.contains("open")) {
@@ -73,7 +83,9 @@ export class ContextMeter {
     return this.metrics?.state ?? "empty";
   }
 
-  reset() {
+  // Which conversation the meter describes (null: none yet, so no model view to show).
+  reset(conversationId = null) {
+    this.modelButton.hidden = conversationId == null;
     this.metrics = null;
     this.compaction = null;
     this.render();
@@ -111,7 +123,7 @@ export class ContextMeter {
       this.bar.removeAttribute("aria-valuenow");
       this.bar.setAttribute("aria-valuetext", "no context used yet");
       this.button.setAttribute("aria-label", "Context usage: none yet");
-      this.details.replaceChildren(h("p", { class: "muted", text: "The meter fills in once the model has been called in this conversation." }));
+      this.content.replaceChildren(h("p", { class: "muted", text: "The meter fills in once the model has been called in this conversation." }));
       return;
     }
     const available = Math.max(1, m.available_input);
@@ -127,7 +139,7 @@ export class ContextMeter {
     this.usedLabel.textContent = `${formatTokens(m.used_input)} / ${formatTokens(m.context_window)} · `;
     this.leftLabel.textContent = `${left}% left`;
     this.button.setAttribute("aria-label", `Context usage: ${formatInt(m.used_input)} of ${formatInt(m.context_window)} tokens, ${left}% left, ${STATE_LABELS[state]}`);
-    this.details.replaceChildren(...this.detailRows(m, state));
+    this.content.replaceChildren(...this.detailRows(m, state));
   }
 
   detailRows(m, state) {

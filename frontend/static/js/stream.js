@@ -35,7 +35,9 @@ export class TurnStream {
   open() {
     if (this.closed) return;
     this.#detach();
-    const url = `/api/conversations/${this.conversationId}/stream?turn_id=${this.turnId}&after=${this.lastSeq}`;
+    const params = new URLSearchParams({ after: String(this.lastSeq) });
+    if (this.turnId != null) params.set("turn_id", String(this.turnId));
+    const url = `/api/conversations/${this.conversationId}/stream?${params}`;
     const source = new EventSource(url);
     this.source = source;
     for (const name of EVENT_NAMES) {
@@ -69,7 +71,9 @@ export class TurnStream {
 
   #receive(name, event) {
     if (this.closed || event.target !== this.source) return;
-    const seq = Number(event.lastEventId.split(":")[1]);
+    const [turn, position] = event.lastEventId.split(":");
+    this.turnId ??= Number(turn); // followed as "the latest turn": pin it for reconnects
+    const seq = Number(position);
     if (!(seq > this.lastSeq)) return; // already handed over
     if (seq !== this.lastSeq + 1) {
       this.open(); // a gap: re-read from the durable log after the last event we have
@@ -77,7 +81,7 @@ export class TurnStream {
     }
     this.lastSeq = seq;
     const data = JSON.parse(event.data);
-    this.handlers.onEvent(name, data, { seq, receivedAt: event.timeStamp });
+    this.handlers.onEvent(name, data, { seq, receivedAt: event.timeStamp || performance.now() });
     if (TERMINAL_EVENTS.has(name)) this.close();
   }
 

@@ -122,6 +122,7 @@ class UserView {
       { class: "edit-form" },
       editor,
       h("p", { class: "muted small", text: "Sends your edited message in a copy of this conversation up to here; this conversation stays as it is." }),
+      this.message.attachments?.length ? h("p", { class: "muted small", text: "Its attachments are not sent again; attach them anew if the reply needs them." }) : null,
       h("div", { class: "edit-actions" }, send, cancel),
     );
     const stop = () => {
@@ -277,6 +278,7 @@ export class Transcript {
     this.olderStatus = olderStatus;
     this.emptyState = emptyState;
     this.views = new Map();
+    this.generation = 0;
     this.hasMore = false;
     this.loadingOlder = false;
     this.loadOlder = null; // set by the app: async (beforeMessageId) => {items, has_more}
@@ -284,9 +286,16 @@ export class Transcript {
       if (entries.some((entry) => entry.isIntersecting)) this.#older();
     }, { root: scroller, rootMargin: "400px 0px 0px 0px" });
     this.observer.observe(topSentinel);
+    // Whether the view follows new content: true while the reader is at the end.
+    this.stick = true;
+    this.scrollQueued = false;
+    scroller.addEventListener("scroll", () => {
+      this.stick = this.atEnd();
+    }, { passive: true });
   }
 
   reset() {
+    this.generation += 1; // pages still loading for the old view are dropped
     this.views.clear();
     this.list.replaceChildren();
     this.hasMore = false;
@@ -341,10 +350,9 @@ export class Transcript {
   }
 
   append(message) {
-    const stick = this.atEnd();
     this.list.append(this.#build([message]));
     this.emptyState.hidden = true;
-    if (stick || message.role === "user") this.scrollToEnd();
+    if (this.stick || message.role === "user") this.scrollToEnd();
     return this.views.get(message.message_id);
   }
 
@@ -368,21 +376,34 @@ export class Transcript {
 
   scrollToEnd() {
     this.scroller.scrollTop = this.scroller.scrollHeight;
+    this.stick = true;
+  }
+
+  // After new streamed content: once per frame, stay at the end if the reader was there.
+  followEnd() {
+    if (!this.stick || this.scrollQueued) return;
+    this.scrollQueued = true;
+    requestAnimationFrame(() => {
+      this.scrollQueued = false;
+      if (this.stick) this.scrollToEnd();
+    });
   }
 
   async #older() {
     if (!this.hasMore || this.loadingOlder || !this.loadOlder) return;
     const before = this.oldestMessageId;
     if (before == null) return;
+    const generation = this.generation;
     this.loadingOlder = true;
     this.olderStatus.hidden = false;
     this.olderStatus.textContent = "Loading earlier messages…";
     try {
       const page = await this.loadOlder(before);
+      if (generation !== this.generation) return;
       this.prepend(page.items, page.has_more);
       this.olderStatus.hidden = true;
     } catch (error) {
-      this.olderStatus.textContent = `Earlier messages could not be loaded: ${error.message}`;
+      if (generation === this.generation) this.olderStatus.textContent = `Earlier messages could not be loaded: ${error.message}`;
     } finally {
       this.loadingOlder = false;
     }
