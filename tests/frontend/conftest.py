@@ -28,9 +28,10 @@ def stack(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         yield served
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(stack: Stack) -> Iterator[Browser]:
-    """Started after the servers: Playwright's sync API claims the main thread's event loop."""
+    """Per module, started after the servers: while Playwright's sync API runs it keeps an event
+    loop registered on the main thread, which async tests of other modules must not meet."""
     with sync_playwright() as playwright:
         browser = launch_chromium(playwright)
         yield browser

@@ -75,6 +75,19 @@ def test_drop_a_file_watch_it_upload_and_ask_about_it(page: Page, stack: Stack, 
     page.reload()
     expect(page.locator(".msg.user").last.locator(".chip")).to_contain_text("packing.txt")
 
+    # The picker works too, and a chip can be removed before sending (the upload is deleted).
+    page.locator("#file-input").set_input_files(
+        files=[{"name": "extra.csv", "mimeType": "text/csv", "buffer": b"a,b\n1,2\n"}]
+    )
+    extra = page.locator("#pending-attachments .chip", has_text="extra.csv")
+    expect(extra).to_contain_text("ready")
+    extra_id = extra.get_attribute("data-attachment-id")
+    assert client.get(f"/api/attachments/{extra_id}").status_code == 200
+    extra.get_by_role("button", name="Remove extra.csv").click()
+    expect(page.locator("#pending-attachments .chip")).to_have_count(0)
+    page.wait_for_load_state("networkidle")
+    assert client.get(f"/api/attachments/{extra_id}").status_code == 404
+
 
 @pytest.mark.skip(reason="needs the attachment preview stage wired into the runtime (not in main yet)")
 def test_the_model_is_shown_the_dropped_file(page: Page, stack: Stack, username: str) -> None:

@@ -90,6 +90,7 @@ class UserView {
     this.message = message;
     this.body = h("div", { class: "msg-body user-text" });
     this.body.textContent = message.content;
+    this.body.hidden = !message.content; // a message of attachments only
     this.chips = h("ul", { class: "chips", "aria-label": "Attachments" }, (message.attachments ?? []).map(attachmentChip));
     this.chips.hidden = !message.attachments?.length;
     this.element = h(
