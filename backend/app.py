@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from backend.api.errors import install_error_handlers
 from backend.api.limits import BodySizeLimit
-from backend.api.routes import attachments, auth, conversations, health, history, turns
+from backend.api.routes import attachments, auth, conversations, health, history, pages, turns
 from backend.context import AppContext
 from backend.db import check_schema, create_engine, session_factory
 from backend.runtime_factory import open_runtime, require_service_token, runtime_config
@@ -86,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodySizeLimit, max_bytes=settings.max_request_bytes, exempt_prefixes=("/api/attachments",)
     )
     install_error_handlers(app)
-    for module in (auth, conversations, history, turns, attachments, health):
+    for module in (auth, conversations, history, turns, attachments, health, pages):
         app.include_router(module.router)
+    app.mount("/static", pages.static_files, name="static")
     return app

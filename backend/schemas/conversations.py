@@ -41,7 +41,8 @@ class ConversationUpdate(BaseModel):
 class ForkRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    message_id: int = Field(ge=1)
+    # 0 forks before the first message (editing the first message inherits nothing).
+    message_id: int = Field(ge=0)
     title: str | None = Field(default=None, max_length=200)
 
 

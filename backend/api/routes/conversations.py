@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from datetime import datetime
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Response, status
+from pydantic import BaseModel
 
 from backend.api.deps import CurrentUser, Db
-from backend.models import Conversation, Message
+from backend.models import Attachment, Conversation, Message
+from backend.models.base import utcnow
 from backend.schemas.conversations import (
     AttachmentSummary,
     ConversationCreate,
@@ -19,7 +22,7 @@ from backend.schemas.conversations import (
     MessageOut,
     MessagePage,
 )
-from backend.services import conversations
+from backend.services import conversations, exports
 
 router = APIRouter(prefix="/api/conversations", tags=["conversations"])
 MAX_PAGE = 200
@@ -124,7 +127,11 @@ async def list_messages(
     levels = await conversations.lineage(db, conversation)
     rows, has_more = await conversations.visible_messages(db, levels, before_message_id, limit)
     files = await conversations.attachments_by_message(db, [row.id for row in rows])
-    items = [
+    return MessagePage(items=_messages_out(rows, files), has_more=has_more)
+
+
+def _messages_out(rows: list[Message], files: dict[int, list[Attachment]]) -> list[MessageOut]:
+    return [
         message_out(
             row,
             [
@@ -141,4 +148,35 @@ async def list_messages(
         )
         for row in rows
     ]
-    return MessagePage(items=items, has_more=has_more)
+
+
+class ConversationExport(BaseModel):
+    """The user-visible transcript (SPEC 2): what the page shows, never `messages_chain`."""
+
+    conversation: ConversationOut
+    messages: list[MessageOut]
+    exported_at: datetime
+
+
+@router.get("/{conversation_id}/export", response_class=Response)
+async def export_conversation(
+    conversation_id: int,
+    user: CurrentUser,
+    db: Db,
+    fmt: Annotated[Literal["md", "json"], Query(alias="format", description="Markdown or JSON")] = "md",
+) -> Response:
+    conversation = await conversations.get_owned(db, user, conversation_id)
+    rows = await exports.all_visible_messages(db, await conversations.lineage(db, conversation))
+    files = await conversations.attachments_by_message(db, [row.id for row in rows])
+    document = ConversationExport(
+        conversation=conversation_out(conversation),
+        messages=_messages_out(rows, files),
+        exported_at=utcnow(),
+    )
+    if fmt == "json":
+        body, media_type = document.model_dump_json(indent=2), "application/json"
+    else:
+        body = exports.render_markdown(document.model_dump(mode="json"))
+        media_type = "text/markdown; charset=utf-8"
+    disposition = exports.download_name(conversation.title, fmt)
+    return Response(body, media_type=media_type, headers={"Content-Disposition": disposition})

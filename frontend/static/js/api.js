@@ -1,0 +1,89 @@
+// The JSON API client: CSRF header on state-changing requests, errors as ApiError {code, message}.
+
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+const CSRF_COOKIE = "chat_shell_csrf";
+
+function csrfToken() {
+  for (const part of document.cookie.split(";")) {
+    const [name, ...value] = part.trim().split("=");
+    if (name === CSRF_COOKIE) return decodeURIComponent(value.join("="));
+  }
+  return "";
+}
+
+function toLogin() {
+  const next = encodeURIComponent(location.pathname);
+  location.assign(`/login?next=${next}`);
+}
+
+async function request(method, path, body) {
+  const headers = { Accept: "application/json" };
+  if (method !== "GET") headers["X-CSRF-Token"] = csrfToken();
+  const init = { method, headers, credentials: "same-origin" };
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch {
+    throw new ApiError(0, "network_error", "The server cannot be reached; check your connection.");
+  }
+  if (response.status === 401 && !path.startsWith("/api/auth/")) {
+    toLogin();
+    throw new ApiError(401, "unauthorized", "Your session ended; please log in again.");
+  }
+  if (response.status === 204) return null;
+  const data = await response.json().catch(() => null);
+  if (!response.ok) {
+    throw new ApiError(response.status, data?.code ?? "http_error", data?.message ?? response.statusText);
+  }
+  return data;
+}
+
+export const api = {
+  get: (path) => request("GET", path),
+  post: (path, body = {}) => request("POST", path, body),
+  patch: (path, body) => request("PATCH", path, body),
+  delete: (path) => request("DELETE", path),
+};
+
+// Uploads one file with progress (fetch has no upload progress; XMLHttpRequest does).
+// Returns {promise, abort}; the promise resolves to the attachment or rejects with ApiError.
+export function uploadFile(file, conversationId, onProgress) {
+  const xhr = new XMLHttpRequest();
+  const promise = new Promise((resolve, reject) => {
+    const form = new FormData();
+    form.append("file", file, file.name);
+    if (conversationId != null) form.append("conversation_id", String(conversationId));
+    xhr.open("POST", "/api/attachments");
+    xhr.setRequestHeader("X-CSRF-Token", csrfToken());
+    xhr.setRequestHeader("Accept", "application/json");
+    xhr.responseType = "json";
+    xhr.upload.addEventListener("progress", (event) => {
+      if (event.lengthComputable) onProgress(event.loaded, event.total);
+    });
+    xhr.addEventListener("load", () => {
+      const data = xhr.response;
+      if (xhr.status >= 200 && xhr.status < 300) resolve(data);
+      else reject(new ApiError(xhr.status, data?.code ?? "upload_failed", data?.message ?? "the upload failed"));
+    });
+    xhr.addEventListener("error", () => reject(new ApiError(0, "network_error", "the upload was interrupted")));
+    xhr.addEventListener("abort", () => reject(new ApiError(0, "aborted", "the upload was cancelled")));
+    xhr.send(form);
+  });
+  return { promise, abort: () => xhr.abort() };
+}
+
+export async function logout() {
+  await request("POST", "/api/auth/logout", {}).catch(() => null);
+  location.assign("/login");
+}

@@ -1,0 +1,363 @@
+// The chat page: routing between conversations, sending, following the running turn over the
+// resumable stream, regenerate and edit-and-resend (both fork), export, and the context meter.
+import { ApiError, api, logout } from "./api.js";
+import { Composer } from "./composer.js";
+import { titleFrom } from "./format.js";
+import { instrumentation, markFirstPage, recordEvent } from "./instrumentation.js";
+import { copyText } from "./markdown.js";
+import { ContextMeter } from "./meter.js";
+import { ModelView } from "./model-view.js";
+import { Sidebar } from "./sidebar.js";
+import { TurnStream } from "./stream.js";
+import { Transcript } from "./transcript.js";
+
+const PAGE = 40;
+const $ = (id) => document.getElementById(id);
+const boot = JSON.parse($("boot").textContent);
+
+const state = {
+  conversation: null,
+  stream: null,
+  streamingView: null,
+  opening: 0, // increments per open(), so a slow response for an old conversation is dropped
+};
+
+const meter = new ContextMeter($("context-meter"), () => {
+  if (state.conversation) new ModelView(state.conversation.id).show();
+});
+const transcript = new Transcript({
+  scroller: $("transcript"),
+  list: $("messages"),
+  topSentinel: $("transcript-top"),
+  olderStatus: $("older-status"),
+  emptyState: $("empty-state"),
+});
+const sidebar = new Sidebar(
+  { list: $("conversation-list"), scroller: $("conversation-scroller"), sentinel: $("conversation-more"), empty: $("conversation-empty"), search: $("conversation-search") },
+  {
+    open: (id) => navigate(id),
+    deleted: (id) => {
+      if (state.conversation?.id === id) navigate(null);
+    },
+    renamed: (conversation) => {
+      if (state.conversation?.id === conversation.id) showTitle(conversation);
+    },
+  },
+);
+const composer = new Composer(
+  {
+    form: $("composer"),
+    input: $("message-input"),
+    send: $("send"),
+    stop: $("stop"),
+    attach: $("attach"),
+    fileInput: $("file-input"),
+    chips: $("pending-attachments"),
+    status: $("composer-status"),
+    dropZone: $("chat"),
+    overlay: $("drop-overlay"),
+  },
+  {
+    conversationId: () => state.conversation?.id ?? null,
+    send: (text, attachments) => send(text, attachments),
+    stop: () => api.post(`/api/conversations/${state.conversation.id}/stop`),
+  },
+);
+
+function announce(text) {
+  $("announcer").textContent = text;
+}
+
+function showTitle(conversation) {
+  const title = conversation?.title ?? "New conversation";
+  $("conversation-title").textContent = title;
+  document.title = `${title} · Chat Shell`;
+  const exportable = Boolean(conversation);
+  $("export-menu").hidden = !exportable;
+  if (exportable) {
+    $("export-md").href = `/api/conversations/${conversation.id}/export?format=md`;
+    $("export-json").href = `/api/conversations/${conversation.id}/export?format=json`;
+  }
+}
+
+// -- opening conversations ---------------------------------------------------------------
+
+function closeStream() {
+  state.stream?.close();
+  state.stream = null;
+  state.streamingView = null;
+  instrumentation.stream = null;
+}
+
+async function navigate(id, { replace = false } = {}) {
+  const path = id == null ? "/" : `/c/${id}`;
+  if (location.pathname !== path) history[replace ? "replaceState" : "pushState"]({ id }, "", path);
+  closeSidebar();
+  await open(id);
+}
+
+async function open(id) {
+  const ticket = ++state.opening;
+  closeStream();
+  composer.setRunning(false);
+  composer.say("");
+  meter.reset(id);
+  sidebar.setCurrent(id);
+  transcript.reset();
+  if (id == null) {
+    state.conversation = null;
+    showTitle(null);
+    composer.focus();
+    return;
+  }
+  $("empty-state").hidden = true;
+  let conversation;
+  let page;
+  try {
+    [conversation, page] = await Promise.all([
+      api.get(`/api/conversations/${id}`),
+      api.get(`/api/conversations/${id}/messages?limit=${PAGE}`),
+    ]);
+  } catch (error) {
+    if (ticket !== state.opening) return;
+    state.conversation = null;
+    showTitle(null);
+    composer.say(error.status === 404 ? "That conversation does not exist or is not yours." : `The conversation could not be loaded: ${error.message}`, "error");
+    return;
+  }
+  if (ticket !== state.opening) return;
+  state.conversation = conversation;
+  showTitle(conversation);
+  transcript.showPage(page.items, page.has_more);
+  markFirstPage();
+  restoreMeter(page.items);
+  // A reply still being written: follow it (by its turn id, or the conversation's latest turn
+  // when the turn ended between the two requests above; its replay then finishes the view).
+  const view = transcript.lastAssistant;
+  if (view?.message.status === "running") follow(conversation.running_turn_id, view);
+}
+
+// The meter's last state: the final snapshot stored on the newest assistant message that has one.
+function restoreMeter(messages) {
+  for (let i = messages.length - 1; i >= 0; i -= 1) {
+    const metrics = messages[i].result?.context_metrics;
+    if (metrics) {
+      meter.setMetrics(metrics);
+      return;
+    }
+  }
+}
+
+// -- the running turn ----------------------------------------------------------------------
+
+function follow(turnId, view) {
+  closeStream();
+  composer.setRunning(true);
+  sidebar.setRunning(state.conversation.id, true);
+  const conversationId = state.conversation.id;
+  state.streamingView = view;
+  const stream = new TurnStream(conversationId, turnId, {
+    onEvent: (name, data, meta) => {
+      handleEvent(view, name, data);
+      recordEvent(meta.receivedAt);
+      transcript.followEnd();
+    },
+    onConnection: (connection) => {
+      if (connection === "reconnecting") composer.say("Connection lost; reconnecting…", "warning");
+      else composer.say("");
+    },
+    onGiveUp: () => open(conversationId),
+  });
+  state.stream = stream;
+  instrumentation.stream = stream;
+  stream.open();
+}
+
+function handleEvent(view, name, data) {
+  switch (name) {
+    case "turn.started":
+      view.startStreaming();
+      break;
+    case "message.delta":
+      view.appendText(data.text);
+      break;
+    case "tool.started":
+      view.toolStarted(data);
+      break;
+    case "tool.completed":
+      view.toolCompleted(data);
+      break;
+    case "context.metrics":
+      meter.setMetrics(data);
+      break;
+    case "context.compaction":
+      meter.setCompaction(data);
+      transcript.addBoundary(view, data);
+      break;
+    case "turn.completed":
+      view.render(data.message);
+      meter.setMetrics(data.message.result?.context_metrics);
+      finishTurn("The reply is complete.");
+      break;
+    case "turn.cancelled":
+      view.end("cancelled", null);
+      finishTurn("The reply was stopped.");
+      break;
+    case "turn.failed":
+      view.end(data.code === "interrupted" ? "interrupted" : "failed", { code: data.code, message: data.message });
+      finishTurn("The reply failed.");
+      break;
+    default:
+      break;
+  }
+}
+
+function finishTurn(message) {
+  meter.endTurn();
+  state.stream = null;
+  state.streamingView = null;
+  instrumentation.stream = null;
+  composer.setRunning(false);
+  composer.say("");
+  if (state.conversation) sidebar.setRunning(state.conversation.id, false);
+  announce(message);
+}
+
+instrumentation.streamedText = (messageId) => transcript.view(messageId)?.streamed ?? null;
+
+// -- actions -------------------------------------------------------------------------------
+
+async function send(text, attachments) {
+  if (!state.conversation) {
+    const conversation = await api.post("/api/conversations", { title: titleFrom(text || attachments[0]?.filename || "") });
+    state.conversation = conversation;
+    meter.reset(conversation.id);
+    history.pushState({ id: conversation.id }, "", `/c/${conversation.id}`);
+    showTitle(conversation);
+    sidebar.setCurrent(conversation.id);
+    transcript.reset();
+  }
+  const conversation = state.conversation;
+  let started;
+  try {
+    started = await api.post(`/api/conversations/${conversation.id}/messages`, { content: text, attachment_ids: attachments.map((a) => a.id) });
+  } catch (error) {
+    if (error.code === "turn_running") {
+      await open(conversation.id); // another tab is writing here: follow that reply
+      throw new ApiError(409, error.code, "A reply is already being written here; it is shown now.");
+    }
+    throw error;
+  }
+  transcript.append({ ...started.user_message, attachments: started.user_message.attachments?.length ? started.user_message.attachments : attachments });
+  const view = transcript.append(started.assistant_message);
+  sidebar.upsert({ ...conversation, running_turn_id: started.turn_id, updated_at: new Date().toISOString() });
+  follow(started.turn_id, view);
+}
+
+async function regenerate() {
+  const conversation = state.conversation;
+  if (!conversation) return;
+  try {
+    const started = await api.post(`/api/conversations/${conversation.id}/regenerate`);
+    sidebar.upsert(started.conversation);
+    await navigate(started.conversation.id);
+    announce("Regenerating in a new branch of this conversation.");
+  } catch (error) {
+    composer.say(`Could not regenerate: ${error.message}`, "error");
+  }
+}
+
+async function editAndResend(view, text) {
+  const conversation = state.conversation;
+  try {
+    const fork = await api.post(`/api/conversations/${conversation.id}/fork`, { message_id: view.message.message_id - 1 });
+    sidebar.upsert(fork);
+    await navigate(fork.id);
+    await send(text, []);
+  } catch (error) {
+    composer.say(`Could not send the edited message: ${error.message}`, "error");
+  }
+}
+
+$("messages").addEventListener("click", async (event) => {
+  const button = event.target.closest("button[data-action]");
+  if (!button) return;
+  const article = button.closest(".msg");
+  const view = article?.view;
+  switch (button.dataset.action) {
+    case "copy-code": {
+      await copyText(button.closest(".codeblock").querySelector("code").textContent);
+      flash(button, "Copied");
+      break;
+    }
+    case "copy":
+      await copyText(view.copyText());
+      flash(button, "Copied");
+      break;
+    case "regenerate":
+      if (!state.stream) regenerate();
+      break;
+    case "edit":
+      if (!state.stream) view.startEditing((text) => editAndResend(view, text));
+      break;
+    default:
+      break;
+  }
+});
+
+function flash(button, text) {
+  const before = button.textContent;
+  button.textContent = text;
+  setTimeout(() => {
+    button.textContent = before;
+  }, 1200);
+}
+
+// -- layout: the sidebar as a drawer on narrow screens --------------------------------------
+
+function closeSidebar() {
+  document.body.classList.remove("sidebar-open");
+  $("sidebar-toggle").setAttribute("aria-expanded", "false");
+  $("scrim").hidden = true;
+}
+
+$("sidebar-toggle").addEventListener("click", () => {
+  const open = !document.body.classList.contains("sidebar-open");
+  document.body.classList.toggle("sidebar-open", open);
+  $("sidebar-toggle").setAttribute("aria-expanded", String(open));
+  $("scrim").hidden = !open;
+  if (open) $("conversation-search").focus();
+});
+$("scrim").addEventListener("click", closeSidebar);
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && document.body.classList.contains("sidebar-open")) {
+    closeSidebar();
+    $("sidebar-toggle").focus();
+  }
+});
+
+// The export menu closes once a format is chosen, on Escape, and on a click elsewhere.
+const exportMenu = $("export-menu");
+exportMenu.addEventListener("click", (event) => {
+  if (event.target.closest("a")) exportMenu.open = false;
+});
+exportMenu.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && exportMenu.open) {
+    exportMenu.open = false;
+    exportMenu.querySelector("summary").focus();
+  }
+});
+document.addEventListener("click", (event) => {
+  if (exportMenu.open && !exportMenu.contains(event.target)) exportMenu.open = false;
+});
+
+$("new-conversation").addEventListener("click", () => navigate(null));
+$("logout").addEventListener("click", () => logout());
+window.addEventListener("popstate", () => {
+  const match = location.pathname.match(/^\/c\/(\d+)$/);
+  open(match ? Number(match[1]) : null);
+});
+
+transcript.loadOlder = (before) => api.get(`/api/conversations/${state.conversation.id}/messages?before_message_id=${before}&limit=${PAGE}`);
+sidebar.reload();
+open(boot.conversation_id);

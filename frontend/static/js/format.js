@@ -1,0 +1,71 @@
+// Small pure formatting helpers shared by the views.
+
+export function formatBytes(bytes) {
+  if (bytes < 1024) return `${bytes} B`;
+  let value = bytes / 1024;
+  for (const unit of ["KB", "MB"]) {
+    if (value < 1024) return `${value.toFixed(1)} ${unit}`;
+    value /= 1024;
+  }
+  return `${value.toFixed(1)} GB`;
+}
+
+export function formatTokens(tokens) {
+  if (tokens == null) return "—";
+  if (tokens < 1000) return String(tokens);
+  if (tokens < 100_000) return `${(tokens / 1000).toFixed(1)}k`;
+  if (tokens < 1_000_000) return `${Math.round(tokens / 1000)}k`;
+  return `${(tokens / 1_000_000).toFixed(2)}M`;
+}
+
+export function formatInt(value) {
+  return value == null ? "—" : Number(value).toLocaleString("en-US");
+}
+
+export function formatTime(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  return date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+}
+
+export function titleFrom(text) {
+  const line = text.trim().split("\n", 1)[0].trim();
+  if (!line) return "New conversation";
+  return line.length > 60 ? `${line.slice(0, 57)}…` : line;
+}
+
+// Creates an element with attributes and children; strings become text nodes (never HTML).
+export function h(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value == null || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child == null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const ICONS = {
+  edit: "M4 20h4L19 9l-4-4L4 16v4zM14 6l4 4",
+  trash: "M4 7h16M9 7V4h6v3M6 7l1 13h10l1-13",
+  file: "M6 3h8l5 5v13H6zM14 3v5h5",
+  branch: "M6 3v18M6 15c0-5 12-2 12-9M18 3v3",
+};
+
+// A stroked 24x24 icon; decorative unless the caller labels its button.
+export function icon(name) {
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("class", "icon");
+  const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+  path.setAttribute("d", ICONS[name]);
+  svg.append(path);
+  return svg;
+}

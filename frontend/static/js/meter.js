@@ -1,0 +1,178 @@
+// The context meter in the toolbar: used / window, remaining percent, a colour state, the
+// per-source breakdown (hover, focus or click), and "Compacting context…" while a compaction
+// runs. It is driven by `context.metrics` snapshots and `context.compaction` statuses; both
+// `started` and `in_progress` mean compacting, so a page reloaded in the middle of a
+// compaction shows it again from the replayed heartbeat.
+import { formatInt, formatTokens, h } from "./format.js";
+
+const SOURCES = [
+  ["system", "System prompt"],
+  ["tool_schemas", "Tool definitions"],
+  ["history", "Conversation history"],
+  ["tool_outputs", "Tool outputs"],
+  ["attachments", "Attachments"],
+  ["summary", "Summary of earlier turns"],
+  ["current_input", "Your new message"],
+];
+const STATE_LABELS = {
+  empty: "No context used yet",
+  normal: "Plenty of room",
+  warning: "Nearing the compaction threshold",
+  compacting: "Compacting context…",
+  compacted: "Earlier messages were summarized",
+  refused: "The message does not fit the model's context",
+};
+const COMPACTING = new Set(["started", "in_progress"]);
+
+export class ContextMeter {
+  // onShowModel(): opens the model's view of the conversation (the button is hidden without one)
+  constructor(root, onShowModel) {
+    this.root = root;
+    this.onShowModel = onShowModel;
+    this.metrics = null;
+    this.compaction = null; // the latest compaction status seen in this turn
+    this.build();
+    this.render();
+  }
+
+  build() {
+    this.fill = h("span", { class: "meter-fill" });
+    this.triggerMark = h("span", { class: "meter-trigger", title: "Compaction threshold" });
+    this.bar = h("span", { class: "meter-bar", role: "meter", "aria-label": "Context used", "aria-valuemin": 0 }, this.fill, this.triggerMark);
+    this.usedLabel = h("span", { class: "meter-used" });
+    this.leftLabel = h("span", { class: "meter-left" });
+    this.label = h("span", { class: "meter-text" }, this.usedLabel, this.leftLabel);
+    this.spinner = h("span", { class: "meter-compacting", hidden: true }, h("span", { class: "spinner", "aria-hidden": "true" }), "Compacting context…");
+    this.button = h(
+      "button",
+      { type: "button", class: "meter-button", "aria-expanded": "false", "aria-controls": "meter-details", "aria-describedby": "meter-details" },
+      this.bar,
+      this.label,
+      this.spinner,
+    );
+    this.content = h("div", { class: "meter-content" });
+    this.modelButton = h("button", { type: "button", class: "btn ghost tiny", text: "What the model sees" });
+    this.modelButton.addEventListener("click", () => this.onShowModel());
+    this.details = h(
+      "div",
+      { class: "meter-details", id: "meter-details", role: "region", "aria-label": "Context breakdown" },
+      this.content,
+      h("p", { class: "meter-actions" }, this.modelButton),
+    );
+    this.button.addEventListener("click", () => this.toggle());
+    this.root.addEventListener("keydown", (event) => {
+      if (event.key === "Escape" && this.root.classList.contains("open")) {
+        this.toggle(false);
+        this.button.focus();
+      }
+    });
+    this.root.replaceChildren(this.button, this.details);
+  }
+
+  toggle(open = !this.root.classList.contains("open")) {
+    this.root.classList.toggle("open", open);
+    this.button.setAttribute("aria-expanded", String(open));
+  }
+
+  get compacting() {
+    return COMPACTING.has(this.compaction?.status) || this.metrics?.state === "compacting";
+  }
+
+  get state() {
+    if (this.compacting) return "compacting";
+    return this.metrics?.state ?? "empty";
+  }
+
+  // Which conversation the meter describes (null: none yet, so no model view to show).
+  reset(conversationId = null) {
+    this.modelButton.hidden = conversationId == null;
+    this.metrics = null;
+    this.compaction = null;
+    this.render();
+  }
+
+  setMetrics(metrics) {
+    if (!metrics) return;
+    this.metrics = metrics;
+    if (metrics.state !== "compacting" && metrics.phase === "final") this.compaction = null;
+    this.render();
+  }
+
+  setCompaction(record) {
+    this.compaction = record;
+    this.render();
+  }
+
+  // A turn ended (completed, failed, stopped): no compaction can still be running.
+  endTurn() {
+    if (this.compacting) this.compaction = { ...this.compaction, status: "ended" };
+    if (this.metrics?.state === "compacting") this.metrics = { ...this.metrics, state: "normal" };
+    this.render();
+  }
+
+  render() {
+    const m = this.metrics;
+    const state = this.state;
+    this.root.dataset.state = state;
+    this.spinner.hidden = !this.compacting;
+    if (!m) {
+      this.usedLabel.textContent = "";
+      this.leftLabel.textContent = "Context —";
+      this.fill.style.width = "0%";
+      this.triggerMark.hidden = true;
+      this.bar.removeAttribute("aria-valuenow");
+      this.bar.setAttribute("aria-valuetext", "no context used yet");
+      this.button.setAttribute("aria-label", "Context usage: none yet");
+      this.content.replaceChildren(h("p", { class: "muted", text: "The meter fills in once the model has been called in this conversation." }));
+      return;
+    }
+    const available = Math.max(1, m.available_input);
+    const usedShare = Math.min(100, (m.used_input / available) * 100);
+    const left = Math.max(0, Math.round(m.remaining_percent));
+    this.fill.style.width = `${usedShare.toFixed(1)}%`;
+    this.triggerMark.hidden = !m.trigger;
+    this.triggerMark.dataset.trigger = String(m.trigger ?? "");
+    this.triggerMark.style.left = `${Math.min(100, (m.trigger / available) * 100).toFixed(1)}%`;
+    this.bar.setAttribute("aria-valuemax", String(m.available_input));
+    this.bar.setAttribute("aria-valuenow", String(Math.min(m.used_input, m.available_input)));
+    this.bar.setAttribute("aria-valuetext", `${formatInt(m.used_input)} of ${formatInt(m.available_input)} input tokens used`);
+    this.usedLabel.textContent = `${formatTokens(m.used_input)} / ${formatTokens(m.context_window)} · `;
+    this.leftLabel.textContent = `${left}% left`;
+    this.button.setAttribute("aria-label", `Context usage: ${formatInt(m.used_input)} of ${formatInt(m.context_window)} tokens, ${left}% left, ${STATE_LABELS[state]}`);
+    this.content.replaceChildren(...this.detailRows(m, state));
+  }
+
+  detailRows(m, state) {
+    const total = Math.max(1, m.used_input);
+    const rows = SOURCES.map(([key, label]) => {
+      const tokens = m.breakdown?.[key] ?? 0;
+      const bar = h("span", { class: `src-bar src-${key}` });
+      bar.style.width = `${((tokens / total) * 100).toFixed(1)}%`;
+      return h(
+        "tr",
+        { dataset: { source: key } },
+        h("th", { scope: "row", text: label }),
+        h("td", { class: "num", text: formatInt(tokens) }),
+        h("td", { class: "src-cell" }, bar),
+      );
+    });
+    const out = [
+      h("p", { class: `meter-state state-${state}`, text: STATE_LABELS[state] }),
+      h(
+        "dl",
+        { class: "meter-figures" },
+        h("dt", { text: "Used" }), h("dd", { text: `${formatInt(m.used_input)} tokens` }),
+        h("dt", { text: "Window" }), h("dd", { text: `${formatInt(m.context_window)} (${formatInt(m.reserved_output)} kept for the reply)` }),
+        h("dt", { text: "Left for input" }), h("dd", { text: `${formatInt(m.remaining)} (${Math.round(m.remaining_percent)}%)` }),
+        h("dt", { text: "Compacts at" }), h("dd", { text: `${formatInt(m.trigger)} tokens` }),
+      ),
+      h("table", { class: "meter-breakdown" }, h("caption", { class: "visually-hidden", text: "Tokens by source" }), h("tbody", {}, rows)),
+    ];
+    const latest = this.compaction ?? m.latest_compaction;
+    if (latest && latest.status !== "ended") {
+      const saved = latest.before_tokens != null && latest.after_tokens != null ? `: ${formatInt(latest.before_tokens)} → ${formatInt(latest.after_tokens)} tokens` : "";
+      out.push(h("p", { class: "muted small", text: `Latest compaction ${latest.status.replace("_", " ")}${saved}` }));
+    }
+    return out;
+  }
+}

@@ -1,0 +1,77 @@
+"""What a user does on the chat page, as small helpers over Playwright's sync API."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+from playwright.sync_api import Locator, Page, expect
+
+from backend.api.deps import SESSION_COOKIE
+from tests.support.browser import Stack, api_client
+
+
+def start(page: Page, stack: Stack, username: str, path: str = "/") -> httpx.Client:
+    """Registers and logs in `username` through the API, gives the browser that session (the
+    login form has its own tests), opens `path`, and returns the API client."""
+    client = api_client(stack.base_url, username)
+    page.context.add_cookies(
+        [
+            {
+                "name": cookie.name,
+                "value": cookie.value or "",
+                "url": stack.base_url,
+                "httpOnly": cookie.name == SESSION_COOKIE,
+                "sameSite": "Lax",
+            }
+            for cookie in client.cookies.jar
+        ]
+    )
+    page.goto(f"{stack.base_url}{path}")
+    return client
+
+
+def composer(page: Page) -> Locator:
+    return page.get_by_label("Message", exact=True)
+
+
+def send(page: Page, text: str) -> None:
+    """Types and sends a message; returns once its reply has appeared (running or not)."""
+    replies = page.locator(".msg.assistant")
+    before = replies.count()
+    composer(page).fill(text)
+    composer(page).press("Enter")
+    expect(replies).to_have_count(before + 1)
+
+
+def last_assistant(page: Page) -> Locator:
+    return page.locator(".msg.assistant").last
+
+
+def wait_finished(page: Page, status: str = "completed", timeout: float = 20_000) -> Locator:
+    reply = last_assistant(page)
+    expect(reply).to_have_attribute("data-status", status, timeout=timeout)
+    expect(page.locator("#send")).to_be_visible()
+    return reply
+
+
+def conversation_id(page: Page) -> int:
+    match = re.search(r"/c/(\d+)$", page.url)
+    assert match, page.url
+    return int(match.group(1))
+
+
+def stored(client: httpx.Client, cid: int, limit: int = 200) -> list[dict[str, Any]]:
+    response = client.get(f"/api/conversations/{cid}/messages", params={"limit": limit})
+    assert response.status_code == 200, response.text
+    return response.json()["items"]
+
+
+def stored_text(message: dict[str, Any]) -> str:
+    """The reply text as streamed: its text blocks, in order, without separators."""
+    return "".join(b["text"] for b in message["result"]["blocks"] if b["type"] == "text")
+
+
+def streamed_text(page: Page, message_id: int) -> str:
+    return page.evaluate("(id) => window.chatShell.streamedText(id)", message_id)

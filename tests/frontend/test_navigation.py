@@ -1,0 +1,169 @@
+"""Long conversations page in on scroll; the sidebar (search, rename, delete, paging); export;
+keyboard use, the narrow (mobile) layout and the dark theme."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.frontend.actions import composer, conversation_id, send, start, wait_finished
+from tests.frontend.conftest import screenshot
+from tests.support.browser import Stack, assistant, seed_conversation, user
+from tests.support.scripted_provider import text
+
+pytestmark = pytest.mark.browser
+
+
+def numbered(count: int) -> list[dict]:
+    return [user(f"Question {n}") if n % 2 == 0 else assistant(f"Answer {n}") for n in range(count)]
+
+
+def test_a_long_conversation_opens_at_the_end_and_pages_in_older_messages(
+    page: Page, stack: Stack, username: str
+) -> None:
+    start(page, stack, username)
+    cid = seed_conversation(stack.database_url, username, "Very long", numbered(300))
+    page.goto(f"{stack.base_url}/c/{cid}")
+    messages = page.locator(".msg")
+    expect(messages.last).to_contain_text("Answer 299")
+    expect(messages).to_have_count(40)
+    assert page.evaluate("window.chatShell.firstPageMs") > 0
+    # Scrolling to the top loads older pages, oldest first, without gaps or duplicates.
+    for _ in range(30):
+        page.locator("#transcript").evaluate("el => { el.scrollTop = 0; }")
+        if messages.count() == 300:
+            break
+        page.wait_for_timeout(150)
+    expect(messages).to_have_count(300)
+    ids = [int(v) for v in messages.evaluate_all("els => els.map(e => e.dataset.messageId)")]
+    assert ids == list(range(1, 301))
+    expect(messages.first).to_contain_text("Question 0")
+
+
+def test_sidebar_pages_searches_renames_and_deletes(page: Page, stack: Stack, username: str) -> None:
+    client = start(page, stack, username)
+    for n in range(45):
+        client.post("/api/conversations", json={"title": f"{'Alpha' if n % 3 == 0 else 'Beta'} trip {n}"})
+    page.reload()
+    items = page.locator("#conversation-list .conv")
+    expect(items.first).to_contain_text("trip 44")  # newest first
+    page.locator("#conversation-scroller").evaluate("el => { el.scrollTop = el.scrollHeight; }")
+    expect(items).to_have_count(45)
+
+    page.get_by_label("Search conversations by title").fill("alpha")
+    expect(items).to_have_count(15)
+    for title in items.locator(".conv-title").all_inner_texts():
+        assert title.startswith("Alpha")
+    page.get_by_label("Search conversations by title").fill("no such title")
+    expect(page.locator("#conversation-empty")).to_have_text("No conversation title matches.")
+    page.get_by_label("Search conversations by title").fill("")
+    expect(items.first).to_contain_text("trip 44")
+
+    target = items.filter(has_text="Beta trip 43")
+    target.get_by_role("button", name="Rename “Beta trip 43”").click()
+    rename = page.get_by_label("New title")
+    rename.fill("Gamma: the renamed trip")
+    rename.press("Enter")
+    expect(page.locator(".conv-title", has_text="Gamma: the renamed trip")).to_be_visible()
+    renamed_id = int(items.filter(has_text="Gamma").get_attribute("data-id") or 0)
+    assert client.get(f"/api/conversations/{renamed_id}").json()["title"] == "Gamma: the renamed trip"
+    screenshot(page, "sidebar")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    items.filter(has_text="Gamma").get_by_role("button", name="Delete “Gamma: the renamed trip”").click()
+    expect(page.locator(".conv-title", has_text="Gamma")).to_have_count(0)
+    assert client.get(f"/api/conversations/{renamed_id}").status_code == 404
+
+    # Opening a conversation from the list is client-side, and the URL is a deep link.
+    chosen = items.filter(has_text="Alpha trip 42")
+    chosen_id = chosen.get_attribute("data-id")
+    chosen.locator("a").click()
+    expect(page).to_have_url(f"{stack.base_url}/c/{chosen_id}")
+    expect(page.locator("#conversation-title")).to_have_text("Alpha trip 42")
+    page.go_back()
+    expect(page.locator("#conversation-title")).to_have_text("New conversation")
+
+
+def test_export_markdown_and_json_downloads(page: Page, stack: Stack, username: str, tmp_path: Path) -> None:
+    start(page, stack, username)
+    stack.provider.script(text("**Tokyo** is big."))
+    send(page, "Tell me about Tokyo")
+    wait_finished(page)
+    page.locator("#export-menu summary").click()
+    with page.expect_download() as markdown:
+        page.get_by_role("link", name="Markdown (.md)").click()
+    saved = tmp_path / "export.md"
+    markdown.value.save_as(saved)
+    exported = saved.read_text()
+    assert markdown.value.suggested_filename == "Tell me about Tokyo.md"
+    assert "## You" in exported and "Tell me about Tokyo" in exported and "**Tokyo** is big." in exported
+    page.locator("#export-menu summary").click()
+    with page.expect_download() as as_json:
+        page.get_by_role("link", name="JSON (.json)").click()
+    document = json.loads(Path(as_json.value.path()).read_text())
+    assert [m["role"] for m in document["messages"]] == ["user", "assistant"]
+    assert document["conversation"]["id"] == conversation_id(page)
+
+
+def test_keyboard_only_chat(page: Page, stack: Stack, username: str) -> None:
+    start(page, stack, username)
+    expect(composer(page)).to_be_focused()  # a new chat starts in the message box
+    page.keyboard.type("Hello from the keyboard")
+    page.keyboard.press("Enter")
+    wait_finished(page)
+    expect(composer(page)).to_be_focused()  # back in the box once the reply is written
+    page.reload()
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Skip to the message box")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(composer(page)).to_be_focused()
+    page.keyboard.type("Second line")
+    page.keyboard.press("Enter")
+    wait_finished(page)
+    expect(page.locator(".msg.user .msg-body")).to_have_text(["Hello from the keyboard", "Second line"])
+    # Every control reached by Tab has a name, and focus is visible.
+    unnamed = page.evaluate(
+        """() => [...document.querySelectorAll('button, a[href], input, textarea, summary')]
+            .filter(el => el.offsetParent !== null)
+            .filter(el => !(el.getAttribute('aria-label') || el.textContent.trim()
+                            || el.labels?.length || el.title))
+            .map(el => el.outerHTML.slice(0, 80))"""
+    )
+    assert unnamed == []
+    page.locator("#context-meter .meter-button").focus()
+    outline = page.locator("#context-meter .meter-button").evaluate("el => getComputedStyle(el).outlineStyle")
+    assert outline != "none"
+    page.keyboard.press("Enter")
+    expect(page.locator("#meter-details")).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(page.locator("#context-meter .meter-button")).to_have_attribute("aria-expanded", "false")
+
+
+def test_narrow_screen_and_dark_theme(browser: Browser, stack: Stack, username: str) -> None:
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, color_scheme="dark", is_mobile=True, has_touch=True
+    )
+    page = context.new_page()
+    client = start(page, stack, username)
+    client.post("/api/conversations", json={"title": "Pocket plans"})
+    page.reload()
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(21, 24, 29)"  # the dark palette, from the system setting
+    expect(page.locator("#sidebar")).not_to_be_in_viewport()
+    send(page, "Hi from a phone")
+    wait_finished(page)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390  # nothing overflows sideways
+    screenshot(page, "mobile-dark")
+    page.get_by_role("button", name="Show conversations").click()
+    expect(page.locator("#sidebar")).to_be_in_viewport()
+    expect(page.locator("#sidebar")).to_contain_text("Pocket plans")
+    expect(page.locator("#sidebar")).to_have_css("transform", "none")  # the slide-in has ended
+    screenshot(page, "mobile-dark-drawer")
+    page.locator("#sidebar .conv", has_text="Pocket plans").locator("a").click()
+    expect(page.locator("#sidebar")).not_to_be_in_viewport()
+    expect(page.locator("#conversation-title")).to_have_text("Pocket plans")
+    context.close()
