@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from backend.app import create_app
 from backend.db import create_engine, session_factory
 from backend.models import Conversation, User
+from backend.models.base import utcnow
 from backend.services import capabilities, turns
 from backend.services.history import resolve_history
 from backend.settings import Settings
@@ -203,7 +204,7 @@ async def test_a_turn_that_ends_without_a_chain_keeps_the_checkpoint_it_stored(w
     async with world.sessions() as db, db.begin():
         lost = TurnResult(value="cut sho", termination_reason="internal_error")
         await turns.finish_turn(
-            db, started, "turn.failed", lost, {"code": "runtime_unavailable", "message": "gone"}
+            db, started, "turn.failed", lost, {"code": "runtime_unavailable", "message": "gone"}, utcnow()
         )
     assert shape(await world.resolved(cid)) == [
         ("user", f"{SUMMARY_PREFIX}\nS-mid", SUMMARY),
