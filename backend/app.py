@@ -13,6 +13,7 @@ from backend.api.routes import attachments, auth, conversations, health, turns
 from backend.context import AppContext
 from backend.db import check_schema, create_engine, session_factory
 from backend.runtime_factory import open_runtime, runtime_config
+from backend.services.attachment_reader import DatabaseAttachmentReader
 from backend.services.broker import create_broker
 from backend.services.event_log import EventWriter
 from backend.services.turn_runner import TurnDefaults, TurnRunner
@@ -29,7 +30,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             stack.push_async_callback(engine.dispose)
             await check_schema(engine)
             sessions = session_factory(engine)
-            runtime = await stack.enter_async_context(open_runtime(settings))
+            reader = DatabaseAttachmentReader(sessions, settings)
+            runtime = await stack.enter_async_context(open_runtime(settings, attachments=reader))
             broker = create_broker(settings.redis_url)
             writer = EventWriter(sessions, broker.publish)
             writer.start()

@@ -28,8 +28,9 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from chat_shell.contracts import AttachmentReader, ToolStarted
+from chat_shell.contracts import ToolStarted
 from chat_shell.tools.registry import tool_error_message
+from chat_shell.tools.turn_tools import TurnTools
 
 # LangGraph's own reply when the step budget runs out while the model still wants tools.
 STEP_LIMIT_REPLY = "Sorry, need more steps to process this request."
@@ -48,7 +49,8 @@ class AttemptRuntime:
     hook: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
     conversation_id: int
     owner_id: int
-    attachments: AttachmentReader | None = None
+    # The turn's built-in tool state (shared by its attempts).
+    tools: TurnTools
 
 
 def recursion_limit(tool_rounds: int) -> int:

@@ -52,6 +52,7 @@ from chat_shell.messages.markers import is_summary
 from chat_shell.messages.tool_pairs import sanitize_tool_pairs, tool_pair_count
 from chat_shell.providers.errors import classify_provider_error
 from chat_shell.providers.profiles import ModelProfile
+from chat_shell.tools.turn_tools import TurnTools
 
 logger = logging.getLogger("chat_shell.runtime")
 
@@ -95,6 +96,7 @@ class TurnExecution:
         self.cancel = cancel
         self._emit = emit
         self.transcript = TurnTranscript()
+        self.tools = TurnTools.for_turn(request.conversation_id, setup.profile, setup.attachments)
         self.guards: list[TurnGuard] = []
         self._overflows = 0
         self._terminated = False
@@ -182,7 +184,7 @@ class TurnExecution:
             hook=chain_pre_model_hooks(guard, AttemptGuidance(plan.guidance)),
             conversation_id=self.request.conversation_id,
             owner_id=self.request.owner_id,
-            attachments=setup.attachments,
+            tools=self.tools,
         )
         ending: Ending | None = None
         failure = None

@@ -1,7 +1,8 @@
 """The tool set of a runtime: OpenAI-style function tools (LangChain tools), by unique name.
 
 Adding a tool is one `register` call (or a `ToolRegistry([...])`); the runtime binds every
-registered tool to the model and runs it in the agent's tool node.
+registered tool to the model and runs it in the agent's tool node. A tool that acts for the
+turn's conversation reads its per-turn state from the run context (`TurnTools`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from chat_shell.tools.read_attachment import read_attachment_tool
 from chat_shell.tools.report import generate_report
 
 
@@ -49,4 +51,4 @@ def tool_error_message(error: Exception) -> str:
 
 def default_tools() -> ToolRegistry:
     """The built-in tools every runtime starts with."""
-    return ToolRegistry([generate_report])
+    return ToolRegistry([read_attachment_tool, generate_report])

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
 from backend.api.deps import CurrentUser, Db
-from backend.models import Conversation, Message
+from backend.models import Attachment, Conversation, Message
 from backend.schemas.conversations import (
     AttachmentSummary,
     ConversationCreate,
@@ -44,6 +45,21 @@ def conversation_out(conversation: Conversation, running_turn_id: int | None = N
         forked_from=forked,
         running_turn_id=running_turn_id,
     )
+
+
+def attachment_summaries(rows: Sequence[Attachment]) -> list[AttachmentSummary]:
+    """How a message lists its files: name, type, full size, status, deleted or not."""
+    return [
+        AttachmentSummary(
+            id=a.id,
+            filename=a.filename,
+            mime_type=a.mime_type,
+            size_bytes=a.size_bytes,
+            status=a.status,
+            deleted=a.deleted_at is not None,
+        )
+        for a in rows
+    ]
 
 
 def message_out(message: Message, attachments: list[AttachmentSummary] | None = None) -> MessageOut:
@@ -124,21 +140,5 @@ async def list_messages(
     levels = await conversations.lineage(db, conversation)
     rows, has_more = await conversations.visible_messages(db, levels, before_message_id, limit)
     files = await conversations.attachments_by_message(db, [row.id for row in rows])
-    items = [
-        message_out(
-            row,
-            [
-                AttachmentSummary(
-                    id=a.id,
-                    filename=a.filename,
-                    mime_type=a.mime_type,
-                    size_bytes=a.size_bytes,
-                    status=a.status,
-                    deleted=a.deleted_at is not None,
-                )
-                for a in files.get(row.id, [])
-            ],
-        )
-        for row in rows
-    ]
+    items = [message_out(row, attachment_summaries(files.get(row.id, []))) for row in rows]
     return MessagePage(items=items, has_more=has_more)
