@@ -24,6 +24,7 @@ when a message shows which preview.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -229,7 +230,10 @@ class AttachmentPreviewer:
     # -- rendering -------------------------------------------------------------------------
 
     async def _render(self, attachment_ids: tuple[int, ...]) -> RenderedPreview:
-        entries = [await self._entry(position, ident) for position, ident in enumerate(attachment_ids, 1)]
+        # Independent lookups: issued together, so their I/O overlaps.
+        entries = await asyncio.gather(
+            *(self._entry(position, ident) for position, ident in enumerate(attachment_ids, 1))
+        )
         full = await self._render_full(entries)
         if full is not None:
             return full
@@ -304,10 +308,10 @@ class AttachmentPreviewer:
                 return None
             plans.update({e.position: None for e in to_cut})
             return plans
-        for entry in to_cut:
-            plans[entry.position] = await self._cut(
-                entry, share - costs[entry.position], whole_texts.get(entry.position)
-            )
+        cuts = await asyncio.gather(
+            *(self._cut(e, share - costs[e.position], whole_texts.get(e.position)) for e in to_cut)
+        )
+        plans.update({entry.position: cut for entry, cut in zip(to_cut, cuts, strict=True)})
         return plans
 
     @staticmethod
@@ -327,11 +331,11 @@ class AttachmentPreviewer:
         if whole is not None:
             head_source, tail_source = whole[:head_fetch], whole[tail_from:]
         else:
-            page = await self._reader.read(self._conversation_id, entry.attachment_id, 0, head_fetch)
-            head_source = page.text
-            tail_source = await self._reader.tail(
-                self._conversation_id, entry.attachment_id, total - tail_from
+            page, tail_source = await asyncio.gather(
+                self._reader.read(self._conversation_id, entry.attachment_id, 0, head_fetch),
+                self._reader.tail(self._conversation_id, entry.attachment_id, total - tail_from),
             )
+            head_source = page.text
         head, head_tokens = fit_prefix(head_source, head_budget, self._count)
         tail, tail_tokens = fit_suffix(tail_source, tail_budget, self._count)
         return _Cut(head, tail, head_tokens, tail_tokens, total, head_source, tail_source)
