@@ -52,8 +52,11 @@ class ChainMetadata(BaseModel):
     source_status: str | None = None
     attachment_ids: list[int] | None = None
     # The content already carries the rendered preview of `attachment_ids` (SPEC 5.2.2), so a
-    # reloaded message is never previewed twice.
+    # reloaded message is never previewed twice; the preview is the first
+    # `attachment_preview_chars` characters (of the first text part, for list content), so it can
+    # be replaced (stricter policy, deleted attachment) without touching what the user wrote.
     attachment_preview: bool | None = None
+    attachment_preview_chars: int | None = None
 
 
 class ToolCall(BaseModel):

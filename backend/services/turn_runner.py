@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.models import Attachment, Conversation, Turn, TurnStatus
 from backend.models.base import utcnow
-from backend.services import streams, turns
+from backend.services import attachments, streams, turns
 from backend.services.broker import LocalBroker
 from backend.services.capabilities import CapabilityIssuer
 from backend.services.conversations import user_visible_result
@@ -240,25 +240,16 @@ class TurnRunner:
 
 
 async def _attachment_refs(db: AsyncSession, attachment_ids: Sequence[int]) -> list[AttachmentRef]:
-    refs = []
-    for attachment_id in attachment_ids:
-        attachment = await db.get(Attachment, attachment_id)
-        if attachment is None:  # deleted between send and start: the turn proceeds without it
-            continue
-        notes = attachment.parse_notes or {}
-        refs.append(
-            AttachmentRef(
-                id=attachment.id,
-                filename=attachment.filename,
-                mime_type=attachment.mime_type,
-                size_bytes=attachment.size_bytes,
-                status=attachment.status,  # type: ignore[arg-type]
-                extracted_chars=attachment.extracted_chars,
-                truncated_at_parse=bool(notes.get("truncated")),
-                note=notes.get("reason"),
-            )
-        )
-    return refs
+    """The message's attachments in the order the message lists them (upload order). One deleted
+    between the send and this moment is left out; later turns see its tombstone in history."""
+    if not attachment_ids:
+        return []
+    rows = await db.scalars(
+        select(Attachment)
+        .where(Attachment.id.in_(attachment_ids), Attachment.deleted_at.is_(None))
+        .order_by(Attachment.id)
+    )
+    return [attachments.attachment_ref(row) for row in rows]
 
 
 class _Relay:

@@ -14,7 +14,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from backend.api.errors import ApiError
 from backend.models import (
     Attachment,
-    AttachmentStatus,
     CompactionEvent,
     Conversation,
     Message,
@@ -26,6 +25,7 @@ from backend.models import (
     User,
 )
 from backend.models.base import utcnow
+from backend.services import attachments
 from backend.services.conversations import user_visible_result
 from chat_shell.contracts import ChainMessage, CompactionRecord, TurnResult
 
@@ -41,37 +41,12 @@ class StartedTurn:
     owner_id: int
     user_message: Message
     assistant_message: Message
-    attachment_ids: tuple[int, ...]
+    # The user message's files, in the order messages list them (upload order).
+    attachments: tuple[Attachment, ...]
 
-
-async def _claim_attachments(
-    db: AsyncSession, user: User, conversation: Conversation, message: Message, attachment_ids: Sequence[int]
-) -> None:
-    if not attachment_ids:
-        return
-    wanted = list(dict.fromkeys(attachment_ids))
-    found = list(
-        await db.scalars(
-            select(Attachment)
-            .where(Attachment.id.in_(wanted), Attachment.owner_id == user.id)
-            .with_for_update()
-        )
-    )
-    by_id = {a.id: a for a in found}
-    for attachment_id in wanted:
-        attachment = by_id.get(attachment_id)
-        if attachment is None:
-            raise ApiError(404, "attachment_not_found", f"attachment {attachment_id} not found")
-        if attachment.message_pk is not None:
-            raise ApiError(409, "attachment_already_sent", f"attachment {attachment_id} was already sent")
-        if attachment.conversation_id not in (None, conversation.id):
-            raise ApiError(
-                409, "attachment_in_other_conversation", f"attachment {attachment_id} belongs elsewhere"
-            )
-        if attachment.status == AttachmentStatus.UPLOADING:
-            raise ApiError(409, "attachment_not_ready", f"attachment {attachment_id} is still uploading")
-        attachment.message_pk = message.id
-        attachment.conversation_id = conversation.id
+    @property
+    def attachment_ids(self) -> tuple[int, ...]:
+        return tuple(row.id for row in self.attachments)
 
 
 async def start_turn(
@@ -117,7 +92,8 @@ async def start_turn(
     )
     db.add_all([user_message, assistant_message])
     await db.flush()
-    await _claim_attachments(db, user, conversation, user_message, attachment_ids)
+    # Raises (404 for a deleted or unknown id) before anything is committed: nothing is stored.
+    linked = await attachments.link_to_message(db, user, conversation, user_message, attachment_ids)
     now = utcnow()
     turn = Turn(
         conversation_id=conversation.id,
@@ -141,7 +117,7 @@ async def start_turn(
         user.id,
         user_message,
         assistant_message,
-        tuple(dict.fromkeys(attachment_ids)),
+        tuple(sorted(linked, key=lambda row: row.id)),
     )
 
 

@@ -32,9 +32,9 @@ from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE, ToolC
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from chat_shell.contracts import AttachmentReader, ToolStarted
-from chat_shell.tools.history_tools import HistoryToolSession
+from chat_shell.contracts import ToolStarted
 from chat_shell.tools.registry import ToolSet, tool_error_message
+from chat_shell.tools.turn_tools import TurnTools
 
 # LangGraph's own reply when the step budget runs out while the model still wants tools.
 STEP_LIMIT_REPLY = "Sorry, need more steps to process this request."
@@ -53,10 +53,10 @@ class AttemptRuntime:
     hook: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
     conversation_id: int
     owner_id: int
-    # The tools bound to the model in this attempt.
+    # The tools bound to the model in this attempt, and the turn's built-in tool state
+    # (shared by its attempts, so per-turn call limits hold across retries).
     tools: ToolSet
-    attachments: AttachmentReader | None = None
-    history: HistoryToolSession | None = None
+    turn_tools: TurnTools
 
 
 def recursion_limit(tool_rounds: int) -> int:

@@ -32,8 +32,6 @@ from chat_shell.agents.finalizer import (
 from chat_shell.agents.serializer import serialize_chain
 from chat_shell.agents.transcript import TurnTranscript
 from chat_shell.agents.turn_context import TurnContext
-from chat_shell.compression.budget import budget_for
-from chat_shell.compression.token_counter import text_counter_for
 from chat_shell.contracts import (
     ChainMessage,
     TerminationReason,
@@ -49,12 +47,12 @@ from chat_shell.guard.composition import chain_pre_model_hooks
 from chat_shell.guard.protocol import ContextRefused, GuardContext, GuardFactory, TurnGuard
 from chat_shell.host import TurnServices
 from chat_shell.messages.convert import initial_messages
-from chat_shell.messages.markers import is_summary
+from chat_shell.messages.markers import is_summary, markers
 from chat_shell.messages.tool_pairs import sanitize_tool_pairs, tool_pair_count
 from chat_shell.providers.errors import classify_provider_error
 from chat_shell.providers.profiles import ModelProfile
-from chat_shell.tools.history_tools import HistoryToolSession
 from chat_shell.tools.registry import ToolRegistry, TurnFacts
+from chat_shell.tools.turn_tools import TurnTools
 
 logger = logging.getLogger("chat_shell.runtime")
 
@@ -98,10 +96,10 @@ class TurnExecution:
         self.cancel = cancel
         self._emit = emit
         self.transcript = TurnTranscript()
+        self.tools = TurnTools.for_turn(request, setup.profile, setup.services)
         self.guards: list[TurnGuard] = []
         self._overflows = 0
         self._terminated = False
-        self._history_tools = self._history_session()
 
     # -- events ----------------------------------------------------------------------------
 
@@ -159,18 +157,6 @@ class TurnExecution:
             logger.warning("history load failed for conversation %s: %r", self.request.conversation_id, exc)
             raise _HistoryUnavailable("The conversation history could not be loaded.") from exc
 
-    def _history_session(self) -> HistoryToolSession | None:
-        browser = self.setup.services.originals
-        if browser is None:
-            return None
-        return HistoryToolSession(
-            conversation_id=self.request.conversation_id,
-            before_message_id=self.request.user.message_id,
-            browser=browser,
-            budget_tokens=budget_for(self.setup.profile).tool_output_limit,
-            count=text_counter_for(self.setup.profile).count,
-        )
-
     # -- one attempt -----------------------------------------------------------------------
 
     async def _attempt(self, plan: AttemptPlan, turn: TurnContext) -> AttemptOutcome:
@@ -179,7 +165,8 @@ class TurnExecution:
         offered = setup.tools.offered(
             TurnFacts(
                 has_checkpoint=any(is_summary(message) for message in plan.seed),
-                can_browse_history=self._history_tools is not None,
+                can_browse_history=self.tools.history is not None,
+                has_attachments=any(markers(message).attachment_ids for message in plan.seed),
             )
         )
         guard = setup.guard_factory(
@@ -206,8 +193,7 @@ class TurnExecution:
             conversation_id=self.request.conversation_id,
             owner_id=self.request.owner_id,
             tools=offered,
-            attachments=setup.services.attachments,
-            history=self._history_tools,
+            turn_tools=self.tools,
         )
         ending: Ending | None = None
         failure = None

@@ -99,6 +99,7 @@ class UnifiedContextGuard:
         self._sources: tuple[GuardSource, ...] = (
             tuple(sources) if sources is not None else (ToolOutputSource(),)
         )
+        self._self_traced = frozenset(s.name for s in self._sources if s.adds_content)
         self._summary = summary_compactor
         self._force = force_compaction
         self._ctx = SourceContext(counter=self.counter, budget=self.budget)
@@ -122,6 +123,7 @@ class UnifiedContextGuard:
         forced, self._force = self._force, False
         view = self._view
         self._observe(view.sync(state["messages"]))
+        await self._prepare_sources()
 
         upserts: dict[str, BaseMessage] = {}
         rewritten = False
@@ -279,6 +281,14 @@ class UnifiedContextGuard:
     def _owner(self, message: BaseMessage) -> GuardSource | None:
         return next((s for s in self._sources if s.applies_to(message)), None)
 
+    async def _prepare_sources(self) -> None:
+        """Let the sources fetch what the new messages need (I/O) before the source stage."""
+        view = self._view
+        new = view.shown[view.settled :]
+        if new:
+            for source in self._sources:
+                await source.prepare(new, self._ctx)
+
     def _source_stage(self, upserts: dict[str, BaseMessage]) -> bool:
         view = self._view
         cuts: dict[str, _Cut] = {}
@@ -306,7 +316,8 @@ class UnifiedContextGuard:
                     view.tokens[index],
                 )
         view.settled = len(view)
-        self._trace(cuts, emergency=False)
+        traced = {name: cut for name, cut in cuts.items() if name not in self._self_traced}
+        self._trace(traced, emergency=False)
         return bool(cuts)
 
     async def _summary_stage(self, current: Estimate, forced: bool, upserts: dict[str, BaseMessage]) -> bool:

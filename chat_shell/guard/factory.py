@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from chat_shell.guard.attachment_source import AttachmentPreviewSource
 from chat_shell.guard.context_guard import UnifiedContextGuard
 from chat_shell.guard.protocol import GuardContext
 from chat_shell.guard.stages import GuardSource
@@ -9,8 +10,8 @@ from chat_shell.guard.tool_output import ToolOutputSource
 
 
 def default_sources(ctx: GuardContext) -> list[GuardSource]:
-    """The source stages, in order (SPEC 5.2): tool outputs first."""
-    return [ToolOutputSource()]
+    """The source stages, in order (SPEC 5.2): tool outputs, then attachment previews."""
+    return [ToolOutputSource(), AttachmentPreviewSource(ctx.conversation_id, ctx.attachments)]
 
 
 def build_guard(ctx: GuardContext) -> UnifiedContextGuard:

@@ -30,13 +30,24 @@ class SourceContext:
 
 
 class GuardSource(Protocol):
-    """A source stage. The guard calls `render` once for every new message the source
-    `applies_to` (normal policy), and again, largest messages first, in the emergency stage."""
+    """A source stage. On each hook call the guard first lets the source `prepare` the new
+    messages, then calls `render` once for every new message the source `applies_to` (normal
+    policy), and again, largest messages first, in the emergency stage."""
 
     # The trace operation: `context_protection.<name>` (SPEC 5.8).
     name: str
+    # True when the normal render adds content the message does not hold (attachment previews)
+    # rather than cutting it: such a source records its own trace event, when it cut something,
+    # since the message's token growth says nothing about that. Emergency renders only cut, and
+    # the guard traces them for every source.
+    adds_content: bool
 
     def applies_to(self, message: BaseMessage) -> bool: ...
+
+    async def prepare(self, messages: Sequence[BaseMessage], ctx: SourceContext) -> None:
+        """Fetch what rendering `messages` (the new ones, as shown) needs, e.g. attachment text,
+        so that `render` stays synchronous and free of I/O."""
+        ...
 
     def render(
         self, message: BaseMessage, tokens: int, ctx: SourceContext, *, emergency: bool

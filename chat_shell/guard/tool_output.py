@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,9 +181,13 @@ class ToolOutputSource:
     """Compacts tool results over the per-tool budget of the profile (default 15,000 tokens)."""
 
     name: str = "tool_output"
+    adds_content: bool = False
 
     def applies_to(self, message: BaseMessage) -> bool:
         return isinstance(message, ToolMessage)
+
+    async def prepare(self, messages: Sequence[BaseMessage], ctx: SourceContext) -> None:
+        return None  # everything it needs is in the message
 
     def render(
         self, message: BaseMessage, tokens: int, ctx: SourceContext, *, emergency: bool

@@ -15,22 +15,25 @@ one `<attachments>` block in front of the content:
 
 Only the head and tail of each text are read (through `AttachmentReader`), never the whole of a
 large one. The output depends only on the inputs (no clocks, no dict order), so a re-render is
-byte-identical and provider prefix caches keep hitting. The rendered message is marked
-`attachment_preview`, so a reloaded message is never rendered twice.
+byte-identical and provider prefix caches keep hitting. A message showing a preview is marked
+`attachment_preview` with the block's length (`with_preview`), so a reloaded message is never
+rendered twice and its block can be replaced without touching what the user wrote
+(`preview_parts`). The guard's attachment source (`chat_shell.guard.attachment_source`) decides
+when a message shows which preview.
 """
 
 from __future__ import annotations
 
-import time
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
 from chat_shell.contracts import AttachmentReader, AttachmentRef
 from chat_shell.messages.markers import markers, with_markers
 from chat_shell.messages.text_fit import TokenCounter, fit_prefix, fit_suffix
-from chat_shell.telemetry import record_protection
 
 PREVIEW_TOKEN_LIMIT = 15_000
 # A share smaller than this shows nothing useful: the attachment is listed header-only.
@@ -45,6 +48,10 @@ FULL_READ_CHARS_PER_TOKEN = 8
 _JOIN_SLACK = 8
 _MAX_SHRINK_ROUNDS = 3
 _PLACEHOLDER_TOKENS = "~999,999,999"
+OPENING = "<attachments count="
+CLOSING = "</attachments>"
+# Between the preview block and what the user wrote.
+SEPARATOR = "\n\n"
 
 
 def preview_budget(context_window: int, configured: int | None = None) -> int:
@@ -69,15 +76,6 @@ class PreviewStats:
 class RenderedPreview:
     text: str
     stats: PreviewStats
-
-
-@dataclass(frozen=True)
-class PreviewOutcome:
-    """Messages in order with previews rendered, and the ones that changed (same ids)."""
-
-    messages: list[BaseMessage]
-    updated: list[BaseMessage]
-    stats: list[PreviewStats]
 
 
 @dataclass(frozen=True)
@@ -229,57 +227,13 @@ class AttachmentPreviewer:
             self._cache[key] = await self._render(key)
         return self._cache[key]
 
-    async def apply(self, message: BaseMessage) -> tuple[BaseMessage, PreviewStats] | None:
-        """A copy of `message` (same id) with the preview in front of its content and the
-        `attachment_preview` marker set; None when it has no attachments or is already rendered."""
-        found = markers(message)
-        if not found.attachment_ids or found.attachment_preview or self._budget <= 0:
-            return None
-        rendered = await self.render(found.attachment_ids)
-        content = message.content
-        if isinstance(content, str):
-            new_content: str | list[str | dict] = (
-                f"{rendered.text}\n\n{content}" if content else rendered.text
-            )
-        else:
-            new_content = [{"type": "text", "text": rendered.text}, *content]
-        updated = with_markers(message.model_copy(update={"content": new_content}), attachment_preview=True)
-        return updated, rendered.stats
-
-    async def apply_all(self, messages: Sequence[BaseMessage]) -> PreviewOutcome:
-        """Previews for every message with attachments, history included; records the
-        `context_protection.attachment_preview` event when any message was rendered."""
-        started = time.perf_counter()
-        result: list[BaseMessage] = []
-        updated: list[BaseMessage] = []
-        stats: list[PreviewStats] = []
-        for message in messages:
-            applied = await self.apply(message)
-            if applied is None:
-                result.append(message)
-                continue
-            result.append(applied[0])
-            updated.append(applied[0])
-            stats.append(applied[1])
-        if stats:
-            cut = sum(s.truncated + s.header_only for s in stats)
-            record_protection(
-                "attachment_preview",
-                "applied" if cut else "noop",
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                before_tokens=sum(s.source_tokens for s in stats),
-                after_tokens=sum(s.preview_tokens for s in stats),
-                messages=len(stats),
-                attachments=sum(s.attachments for s in stats),
-                attachments_truncated=cut,
-                attachments_header_only=sum(s.header_only for s in stats),
-            )
-        return PreviewOutcome(result, updated, stats)
-
     # -- rendering -------------------------------------------------------------------------
 
     async def _render(self, attachment_ids: tuple[int, ...]) -> RenderedPreview:
-        entries = [await self._entry(position, ident) for position, ident in enumerate(attachment_ids, 1)]
+        # Independent lookups: issued together, so their I/O overlaps.
+        entries = await asyncio.gather(
+            *(self._entry(position, ident) for position, ident in enumerate(attachment_ids, 1))
+        )
         full = await self._render_full(entries)
         if full is not None:
             return full
@@ -293,10 +247,10 @@ class AttachmentPreviewer:
         return _Entry(position, attachment_id, ref, None)
 
     def _frame(self, entries: Sequence[_Entry]) -> tuple[str, str]:
-        opening = f'<attachments count="{len(entries)}">'
+        opening = f'{OPENING}"{len(entries)}">'
         if len(entries) > 1:
             opening += "\nIDs: " + ", ".join(str(entry.attachment_id) for entry in entries)
-        return opening, "</attachments>"
+        return opening, CLOSING
 
     async def _render_full(self, entries: Sequence[_Entry]) -> RenderedPreview | None:
         """Headers for all, bodies water-filled; None when the headers alone do not fit."""
@@ -354,10 +308,10 @@ class AttachmentPreviewer:
                 return None
             plans.update({e.position: None for e in to_cut})
             return plans
-        for entry in to_cut:
-            plans[entry.position] = await self._cut(
-                entry, share - costs[entry.position], whole_texts.get(entry.position)
-            )
+        cuts = await asyncio.gather(
+            *(self._cut(e, share - costs[e.position], whole_texts.get(e.position)) for e in to_cut)
+        )
+        plans.update({entry.position: cut for entry, cut in zip(to_cut, cuts, strict=True)})
         return plans
 
     @staticmethod
@@ -377,11 +331,11 @@ class AttachmentPreviewer:
         if whole is not None:
             head_source, tail_source = whole[:head_fetch], whole[tail_from:]
         else:
-            page = await self._reader.read(self._conversation_id, entry.attachment_id, 0, head_fetch)
-            head_source = page.text
-            tail_source = await self._reader.tail(
-                self._conversation_id, entry.attachment_id, total - tail_from
+            page, tail_source = await asyncio.gather(
+                self._reader.read(self._conversation_id, entry.attachment_id, 0, head_fetch),
+                self._reader.tail(self._conversation_id, entry.attachment_id, total - tail_from),
             )
+            head_source = page.text
         head, head_tokens = fit_prefix(head_source, head_budget, self._count)
         tail, tail_tokens = fit_suffix(tail_source, tail_budget, self._count)
         return _Cut(head, tail, head_tokens, tail_tokens, total, head_source, tail_source)
@@ -451,12 +405,12 @@ class AttachmentPreviewer:
     def _render_compact(self, entries: Sequence[_Entry]) -> RenderedPreview:
         """One short line per attachment, as many as fit, then a count of the rest."""
         n = len(entries)
-        opening = f'<attachments count="{n}">'
+        opening = f'{OPENING}"{n}">'
         intro = (
             "Too many attachments to preview within the budget; they are listed without content. "
             "Read any of them with read_attachment(attachment_id=<ID>, offset=0, limit=...)."
         )
-        closing = "</attachments>"
+        closing = CLOSING
         lines = [self._compact_line(entry) for entry in entries]
         kept = len(lines)
         while True:
@@ -509,3 +463,55 @@ class AttachmentPreviewer:
             ),
             preview_tokens=tokens,
         )
+
+
+Content = str | list[Any]
+
+
+def preview_parts(message: BaseMessage) -> tuple[str | None, Content] | None:
+    """The preview block a user message shows and its own content (what the user wrote).
+
+    `(None, content)` when it shows no preview. None when it is marked as previewed but its
+    content no longer starts with the block its marker describes (another stage rewrote it):
+    such a message must be left alone.
+    """
+    found = markers(message)
+    content = message.content
+    if not found.attachment_preview:
+        return None, content
+    size = found.attachment_preview_chars
+    if size is None:
+        return None
+    if size == 0:  # not even a list of the attachments fit the budget
+        return "", content
+    if isinstance(content, str):
+        block, rest = content[:size], content[size:]
+        if rest:
+            if not rest.startswith(SEPARATOR):
+                return None
+            rest = rest[len(SEPARATOR) :]
+    else:
+        first = content[0] if content else None
+        text = first.get("text") if isinstance(first, dict) and first.get("type") == "text" else None
+        if not isinstance(text, str):
+            return None
+        block, rest = text, content[1:]
+        if len(block) != size:
+            return None
+    if not (block.startswith(OPENING) and block.endswith(CLOSING)):
+        return None
+    return block, rest
+
+
+def with_preview(message: BaseMessage, block: str, own: Content) -> BaseMessage:
+    """A copy of `message` (same id) showing `block` in front of `own` (its own content, see
+    `preview_parts`), marked `attachment_preview` with the block's length."""
+    content: Content
+    if not block:
+        content = own
+    elif isinstance(own, str):
+        content = f"{block}{SEPARATOR}{own}" if own else block
+    else:
+        content = [{"type": "text", "text": block}, *own]
+    shown = message.model_copy(update={"content": content})
+    return with_markers(shown, attachment_preview=True, attachment_preview_chars=len(block), token_count=None)

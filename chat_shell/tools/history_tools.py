@@ -166,12 +166,16 @@ async def read_message(session: HistoryToolSession, message_id: int, offset: int
     return _read_result(page, content)
 
 
-class _RunContext(Protocol):
+class _TurnTools(Protocol):
     history: HistoryToolSession | None
 
 
+class _RunContext(Protocol):
+    turn_tools: _TurnTools
+
+
 def _session(runtime: ToolRuntime[_RunContext]) -> HistoryToolSession:
-    session = runtime.context.history if runtime.context is not None else None
+    session = runtime.context.turn_tools.history if runtime.context is not None else None
     if session is None:
         raise ToolException("the conversation history cannot be read in this turn")
     return session

@@ -7,6 +7,9 @@ never splits a character and `next_offset` is exact.
 
 Errors (unknown id, an attachment of another conversation, no text, the per-turn call limit)
 are raised as `ToolException`: the model gets a clear error message as the tool result.
+
+`read_attachment_tool` is one tool for every conversation: the turn's `ReadAttachmentSession`
+(scope, budget, calls so far) reaches it through the LangGraph run context (`TurnTools`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.tools import StructuredTool, ToolException
+from langgraph.prebuilt import ToolRuntime
 from pydantic import BaseModel, Field
 
 from chat_shell.contracts import AttachmentReader, AttachmentRef
@@ -138,24 +142,16 @@ async def read_attachment(
     return _result(ref, page.offset, content, page.truncated_at_parse)
 
 
-def make_read_attachment_tool(
-    conversation_id: int,
-    reader: AttachmentReader,
-    budget_tokens: int,
-    count: TokenCounter,
-    max_calls: int = DEFAULT_MAX_CALLS,
-) -> StructuredTool:
-    """A LangChain tool bound to one conversation for one turn (its call limit is per instance)."""
-    session = ReadAttachmentSession(conversation_id, reader, budget_tokens, count, max_calls)
+async def _run_in_turn(attachment_id: int, runtime: ToolRuntime, offset: int = 0, limit: int = 0) -> str:
+    # `runtime.context` is the attempt's `AttemptRuntime`; its `turn_tools` hold this turn's session.
+    return await read_attachment(runtime.context.turn_tools.read_attachment, attachment_id, offset, limit)
 
-    async def run(attachment_id: int, offset: int = 0, limit: int = 0) -> str:
-        return await read_attachment(session, attachment_id, offset, limit)
 
-    return StructuredTool.from_function(
-        coroutine=run,
-        name=TOOL_NAME,
-        description=DESCRIPTION,
-        args_schema=ReadAttachmentArgs,
-        handle_tool_error=True,
-        handle_validation_error=True,
-    )
+read_attachment_tool = StructuredTool.from_function(
+    coroutine=_run_in_turn,
+    name=TOOL_NAME,
+    description=DESCRIPTION,
+    args_schema=ReadAttachmentArgs,
+    handle_tool_error=True,
+    handle_validation_error=True,
+)

@@ -18,6 +18,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from chat_shell.tools.history_tools import list_history_tool, read_message_tool
+from chat_shell.tools.read_attachment import read_attachment_tool
 from chat_shell.tools.report import generate_report
 
 
@@ -29,6 +30,8 @@ class TurnFacts:
     has_checkpoint: bool = False
     # The host can serve the user-visible record (`list_history`, `read_message`).
     can_browse_history: bool = False
+    # Some message the model sees references an attachment (`read_attachment`).
+    has_attachments: bool = False
 
 
 OfferCondition = Callable[[TurnFacts], bool]
@@ -98,6 +101,10 @@ def tool_error_message(error: Exception) -> str:
     )
 
 
+def _attachments_in_view(facts: TurnFacts) -> bool:
+    return facts.has_attachments
+
+
 def _history_is_summarized(facts: TurnFacts) -> bool:
     return facts.has_checkpoint and facts.can_browse_history
 
@@ -105,6 +112,7 @@ def _history_is_summarized(facts: TurnFacts) -> bool:
 def default_tools() -> ToolRegistry:
     """The built-in tools every runtime starts with."""
     registry = ToolRegistry([generate_report])
+    registry.register(read_attachment_tool, offered_when=_attachments_in_view)
     registry.register(list_history_tool(), offered_when=_history_is_summarized)
     registry.register(read_message_tool(), offered_when=_history_is_summarized)
     return registry

@@ -9,13 +9,15 @@ from dataclasses import dataclass, field
 
 import pytest
 from langchain_core.messages import HumanMessage
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from backend.settings import Settings
 from chat_shell.contracts import AttachmentPage, AttachmentReader, AttachmentRef
-from chat_shell.messages.attachment_preview import AttachmentPreviewer, preview_budget
+from chat_shell.messages.attachment_preview import (
+    AttachmentPreviewer,
+    preview_budget,
+    preview_parts,
+    with_preview,
+)
 from chat_shell.messages.markers import markers, with_markers
 from tests.support.attachments import AttachmentWorld, attachment_world, count_tokens
 from tests.support.files import PNG_1X1, corrupt, docx_bytes, log_bytes, thirty_page_pdf
@@ -188,50 +190,25 @@ async def test_rendering_is_deterministic(world: AttachmentWorld) -> None:
     assert count_tokens(first.text) <= 5_000
 
 
-async def test_apply_marks_the_message_and_is_idempotent(world: AttachmentWorld) -> None:
+async def test_a_message_shows_its_preview_in_front_of_what_the_user_wrote(world: AttachmentWorld) -> None:
     ident = await world.attach("a.txt", b"alpha\n")
     message = with_markers(HumanMessage("What is in the file?", id="u1"), attachment_ids=[ident])
-    preview = previewer(world, 1_000)
-    applied = await preview.apply(message)
-    assert applied is not None
-    updated, stats = applied
-    assert updated.id == "u1" and stats.shown_whole == 1
-    assert isinstance(updated.content, str) and updated.content.endswith(
-        "</attachments>\n\nWhat is in the file?"
-    )
-    assert markers(updated).attachment_preview is True and markers(updated).attachment_ids == [ident]
-    assert await preview.apply(updated) is None
-    assert await preview.apply(HumanMessage("no files", id="u2")) is None
+    assert preview_parts(message) == (None, "What is in the file?")
+    block = (await previewer(world, 1_000).render([ident])).text
+    shown = with_preview(message, block, "What is in the file?")
+    assert shown.id == "u1" and shown.content == f"{block}\n\nWhat is in the file?"
+    found = markers(shown)
+    assert found.attachment_preview is True and found.attachment_preview_chars == len(block)
+    assert found.attachment_ids == [ident]
+    assert preview_parts(shown) == (block, "What is in the file?")
+    # A user text that itself contains a closing tag does not confuse the split.
+    tricky = with_preview(message, block, "</attachments>\n\nsee above")
+    assert preview_parts(tricky) == (block, "</attachments>\n\nsee above")
     # List content keeps its parts after the preview part.
-    parts = with_markers(HumanMessage([{"type": "text", "text": "q"}], id="u3"), attachment_ids=[ident])
-    listed = await preview.apply(parts)
-    assert listed is not None and listed[0].content[1] == {"type": "text", "text": "q"}  # type: ignore[index]
-
-
-async def test_apply_all_covers_history_and_records_a_trace_event(world: AttachmentWorld) -> None:
-    old = await world.attach("old.log", log_bytes(400_000, seed=2))
-    new = await world.attach("new.txt", b"fresh\n")
-    history = [
-        with_markers(HumanMessage("look at this log", id="h1"), attachment_ids=[old]),
-        HumanMessage("thanks", id="h2"),
-        with_markers(HumanMessage("and this", id="h3"), attachment_ids=[new]),
-    ]
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    with provider.get_tracer("test").start_as_current_span("model_call"):
-        outcome = await previewer(world, 3_000).apply_all(history)
-    assert [m.id for m in outcome.messages] == ["h1", "h2", "h3"]
-    assert [m.id for m in outcome.updated] == ["h1", "h3"] and outcome.messages[1] is history[1]
-    assert "Truncated: yes" in str(outcome.messages[0].content)
-    events = [
-        e
-        for e in exporter.get_finished_spans()[0].events
-        if e.name == "context_protection.attachment_preview"
-    ]
-    assert len(events) == 1
-    attributes = dict(events[0].attributes or {})
-    assert attributes["status"] == "applied" and attributes["attachments"] == 2
-    assert attributes["attachments_truncated"] == 1 and attributes["messages"] == 2
-    assert attributes["after_tokens"] < attributes["before_tokens"]
-    assert attributes["tokens_saved"] == attributes["before_tokens"] - attributes["after_tokens"]
+    parts = [{"type": "text", "text": "q"}]
+    listed = with_preview(HumanMessage(parts, id="u3"), block, parts)
+    assert listed.content == [{"type": "text", "text": block}, {"type": "text", "text": "q"}]
+    assert preview_parts(listed) == (block, parts)
+    # A marked message whose content another stage rewrote is not split.
+    rewritten = shown.model_copy(update={"content": "[cut] " + str(shown.content)})
+    assert preview_parts(rewritten) is None

@@ -6,20 +6,32 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any
 
 import pytest
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import ToolException
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.prebuilt import ToolNode
 
 from backend.settings import Settings
+from chat_shell.agents.builder import AttemptRuntime
+from chat_shell.host import TurnServices
+from chat_shell.providers.profiles import resolve_profile
 from chat_shell.tools.read_attachment import (
+    DEFAULT_MAX_CALLS,
     MESSAGE_OVERHEAD_TOKENS,
     ReadAttachmentSession,
-    make_read_attachment_tool,
     read_attachment,
+    read_attachment_tool,
 )
+from chat_shell.tools.registry import TurnFacts, default_tools, tool_error_message
+from chat_shell.tools.turn_tools import TurnTools
 from tests.support.attachments import AttachmentWorld, attachment_world, count_tokens
 from tests.support.files import PNG_1X1, corrupt, docx_bytes, log_bytes
+from tests.support.turns import make_request
 from tests.support.uploads import upload_ok
 
 
@@ -136,43 +148,85 @@ async def test_per_turn_call_limit(world: AttachmentWorld) -> None:
         await read_attachment(state, ident)
 
 
-async def test_langchain_tool(world: AttachmentWorld) -> None:
+def tool_graph() -> CompiledStateGraph:
+    """The tool as the runtime runs it: in a ToolNode, with the attempt's run context."""
+    graph = StateGraph(MessagesState, context_schema=AttemptRuntime)
+    graph.add_node("tools", ToolNode([read_attachment_tool], handle_tool_errors=tool_error_message))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    return graph.compile()
+
+
+async def call_tool(graph: CompiledStateGraph, context: AttemptRuntime, **args: object) -> ToolMessage:
+    call = AIMessage("", tool_calls=[{"id": "c1", "name": "read_attachment", "args": args}])
+    state = await graph.ainvoke({"messages": [call]}, context=context)
+    result = state["messages"][-1]
+    assert isinstance(result, ToolMessage)
+    return result
+
+
+def turn_context(
+    world: AttachmentWorld,
+    conversation_id: int | None = None,
+    *,
+    without_reader: bool = False,
+    **profile: Any,
+) -> AttemptRuntime:
+    """A turn's run context: tools bound to `conversation_id` (default: the world's)."""
+    cid = conversation_id or world.conversation_id
+    reader = None if without_reader else world.reader
+    request = make_request(1, "read it", conversation_id=cid)
+    turn_tools = TurnTools.for_turn(
+        request, replace(resolve_profile("gpt-4o"), **profile), TurnServices(attachments=reader)
+    )
+
+    async def hook(state: dict[str, Any]) -> dict[str, Any]:
+        return {"llm_input_messages": state["messages"]}
+
+    offered = default_tools().offered(TurnFacts(has_attachments=True))
+    return AttemptRuntime(hook=hook, conversation_id=cid, owner_id=1, tools=offered, turn_tools=turn_tools)
+
+
+async def test_one_tool_serves_every_conversation_through_the_run_context(
+    world: AttachmentWorld,
+) -> None:
+    assert read_attachment_tool.name == "read_attachment"
+    schema = read_attachment_tool.tool_call_schema.model_json_schema()
+    assert set(schema["properties"]) == {"attachment_id", "offset", "limit"}
     ident = await world.attach("a.txt", "héllo\nwörld\n".encode())
-    tool = make_read_attachment_tool(world.conversation_id, world.reader, 15_000, count_tokens, max_calls=2)
-    assert tool.name == "read_attachment"
-    assert set(tool.args) == {"attachment_id", "offset", "limit"}
+    other = (await world.client.post("/api/conversations", json={"title": "other"})).json()["id"]
+    theirs = int((await upload_ok(world.client, "t.txt", b"theirs\n", conversation_id=other))["id"])
+    graph = tool_graph()
+    mine = turn_context(world)
+    assert mine.turn_tools.read_attachment.budget_tokens == 15_000
 
-    ok = await tool.ainvoke(
-        {
-            "type": "tool_call",
-            "id": "c1",
-            "name": "read_attachment",
-            "args": {"attachment_id": ident, "offset": 6},
-        }
-    )
-    assert isinstance(ok, ToolMessage) and ok.status == "success"
-    assert json.loads(str(ok.content))["content"] == "wörld\n"
-
-    bad = await tool.ainvoke(
-        {"type": "tool_call", "id": "c2", "name": "read_attachment", "args": {"attachment_id": 5555}}
-    )
-    assert isinstance(bad, ToolMessage) and bad.status == "error"
-    assert "attachment 5555 is not available in this conversation" in str(bad.content)
-
-    # A fresh tool (next turn) starts counting again; this one has used its two calls.
-    limited = await tool.ainvoke(
-        {"type": "tool_call", "id": "c3", "name": "read_attachment", "args": {"attachment_id": ident}}
-    )
-    assert limited.status == "error" and "at most 2 times per turn" in str(limited.content)
-
-    negative = await make_read_attachment_tool(
-        world.conversation_id, world.reader, 15_000, count_tokens
-    ).ainvoke(
-        {
-            "type": "tool_call",
-            "id": "c4",
-            "name": "read_attachment",
-            "args": {"attachment_id": ident, "offset": -1},
-        }
-    )
+    ok = await call_tool(graph, mine, attachment_id=ident, offset=6)
+    assert ok.status == "success" and json.loads(str(ok.content))["content"] == "wörld\n"
+    # The same compiled graph acts for the other conversation when its context says so.
+    elsewhere = await call_tool(graph, turn_context(world, other), attachment_id=theirs)
+    assert json.loads(str(elsewhere.content))["content"] == "theirs\n"
+    refused = await call_tool(graph, mine, attachment_id=theirs)
+    assert refused.status == "error"
+    assert f"attachment {theirs} is not available in this conversation" in str(refused.content)
+    negative = await call_tool(graph, mine, attachment_id=ident, offset=-1)
     assert negative.status == "error"
+
+
+async def test_the_call_limit_counts_per_turn_and_the_page_budget_follows_the_profile(
+    world: AttachmentWorld,
+) -> None:
+    ident = await world.attach("a.txt", b"abc\n")
+    graph = tool_graph()
+    context = turn_context(world, tool_output_overrides={"read_attachment": 2_000})
+    assert context.turn_tools.read_attachment.budget_tokens == 2_000
+    for _ in range(DEFAULT_MAX_CALLS):
+        assert (await call_tool(graph, context, attachment_id=ident)).status == "success"
+    limited = await call_tool(graph, context, attachment_id=ident)
+    assert limited.status == "error" and f"at most {DEFAULT_MAX_CALLS} times per turn" in str(limited.content)
+    # The next turn builds its own TurnTools and starts counting again.
+    assert (await call_tool(graph, turn_context(world), attachment_id=ident)).status == "success"
+
+
+async def test_without_a_reader_the_tool_says_attachments_cannot_be_read(world: AttachmentWorld) -> None:
+    result = await call_tool(tool_graph(), turn_context(world, without_reader=True), attachment_id=1)
+    assert result.status == "error" and "no attachment reader" in str(result.content)

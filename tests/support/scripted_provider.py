@@ -2,7 +2,9 @@
 
 A real HTTP server (FastAPI on 127.0.0.1) serving `/v1/chat/completions`, streaming and not. Tests
 queue `Reply` scripts; each request pops the next one (or gets the default echo reply) and is
-recorded as parsed JSON, so a test asserts exactly what the model saw. Usage mirrors OpenAI:
+recorded as parsed JSON, so a test asserts exactly what the model saw. A queued entry may also be
+a function of the request body that returns the `Reply` (a model that acts on what it was sent,
+e.g. continues reading where the last tool result says). Usage mirrors OpenAI:
 in the final chunk only when `stream_options.include_usage` is set, with prompt tokens counted
 by tiktoken cl100k over the messages and tools plus a configurable hidden overhead. A configured
 context window answers the real 400 `context_length_exceeded` body.
@@ -22,7 +24,7 @@ import os
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -86,6 +88,10 @@ class Reply(BaseModel):
     # After `text`, this many tokens that each hold the provider's wall clock at emit time
     # (`<time.time_ns()> `): benchmarks measure delivery latency with them.
     clock_tokens: int = 0
+
+
+# A reply decided when the request arrives, from its parsed body.
+Responder = Callable[[dict[str, Any]], Reply]
 
 
 def text(content: str, **options: Any) -> Reply:
@@ -178,7 +184,7 @@ class ScriptedProvider:
         self.context_window = context_window
         self.hidden_overhead = hidden_overhead
         self.tokens_per_second = tokens_per_second
-        self.replies: deque[Reply] = deque()
+        self.replies: deque[Reply | Responder] = deque()
         self.requests: list[dict[str, Any]] = []
         self._closing: asyncio.Event | None = None
         # Set by whoever serves `app` (the fixture): the OpenAI base URL, ending in `/v1`.
@@ -187,7 +193,7 @@ class ScriptedProvider:
 
     # -- scripting ---------------------------------------------------------------------------
 
-    def script(self, *replies: Reply) -> None:
+    def script(self, *replies: Reply | Responder) -> None:
         self.replies.extend(replies)
 
     def reset(self) -> None:
@@ -221,7 +227,8 @@ class ScriptedProvider:
         async def completions(request: Request) -> Response:
             body = await request.json()
             self.requests.append(body)
-            reply = self.replies.popleft() if self.replies else self.default_reply(body)
+            queued = self.replies.popleft() if self.replies else self.default_reply(body)
+            reply = queued if isinstance(queued, Reply) else queued(body)
             return await self._answer(body, reply)
 
         @app.post("/_script")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -47,6 +48,21 @@ def conversation_out(conversation: Conversation, running_turn_id: int | None = N
         forked_from=forked,
         running_turn_id=running_turn_id,
     )
+
+
+def attachment_summaries(rows: Sequence[Attachment]) -> list[AttachmentSummary]:
+    """How a message lists its files: name, type, full size, status, deleted or not."""
+    return [
+        AttachmentSummary(
+            id=a.id,
+            filename=a.filename,
+            mime_type=a.mime_type,
+            size_bytes=a.size_bytes,
+            status=a.status,
+            deleted=a.deleted_at is not None,
+        )
+        for a in rows
+    ]
 
 
 def message_out(message: Message, attachments: list[AttachmentSummary] | None = None) -> MessageOut:
@@ -131,23 +147,7 @@ async def list_messages(
 
 
 def _messages_out(rows: list[Message], files: dict[int, list[Attachment]]) -> list[MessageOut]:
-    return [
-        message_out(
-            row,
-            [
-                AttachmentSummary(
-                    id=a.id,
-                    filename=a.filename,
-                    mime_type=a.mime_type,
-                    size_bytes=a.size_bytes,
-                    status=a.status,
-                    deleted=a.deleted_at is not None,
-                )
-                for a in files.get(row.id, [])
-            ],
-        )
-        for row in rows
-    ]
+    return [message_out(row, attachment_summaries(files.get(row.id, []))) for row in rows]
 
 
 class ConversationExport(BaseModel):

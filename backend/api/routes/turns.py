@@ -11,7 +11,7 @@ from sse_starlette import EventSourceResponse, JSONServerSentEvent
 
 from backend.api.deps import Ctx, CurrentUser, Db
 from backend.api.errors import ApiError
-from backend.api.routes.conversations import conversation_out, message_out
+from backend.api.routes.conversations import attachment_summaries, conversation_out, message_out
 from backend.context import AppContext
 from backend.db import transaction
 from backend.models import Message, Role, Turn, TurnStatus, User
@@ -45,7 +45,7 @@ async def _started_out(ctx: AppContext, started: turns.StartedTurn, wait: bool) 
             assistant = reloaded
     return TurnStartedOut(
         turn_id=started.turn_id,
-        user_message=message_out(started.user_message),
+        user_message=message_out(started.user_message, attachment_summaries(started.attachments)),
         assistant_message=message_out(assistant),
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import pairwise
@@ -438,13 +438,17 @@ async def test_final_metrics_describe_the_final_state() -> None:
 
 
 class PreviewSource:
-    """A source that owns user messages with attachments: it shortens the attachment text and
-    attributes the preview to `attachments` (what the attachment-preview stage will do)."""
+    """A source that owns user messages with inline attachment text: it shortens that text and
+    attributes the rest to `attachments`."""
 
-    name = "attachment_preview"
+    name = "inline_attachment"
+    adds_content = False
 
     def applies_to(self, message: BaseMessage) -> bool:
         return isinstance(message, HumanMessage) and bool(markers(message).attachment_ids)
+
+    async def prepare(self, messages: Sequence[BaseMessage], ctx: SourceContext) -> None:
+        return None
 
     def render(
         self, message: BaseMessage, tokens: int, ctx: SourceContext, *, emergency: bool

@@ -1,0 +1,88 @@
+"""`AttachmentReader`s chat_shell builds on top of its host's reader.
+
+- `CachingAttachmentReader`: one turn attempt's view of the host reader. Previews under the
+  normal and the emergency policy read the same descriptions, heads and tails; the second
+  render is served from what the first one fetched. Extracts never change, and a deletion
+  during the attempt shows from the next attempt on.
+- `NoAttachmentReader`: for a runtime whose host gave it no reader; every attachment is
+  unavailable, with a reason the model can pass on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from chat_shell.contracts import AttachmentPage, AttachmentReader, AttachmentRef
+
+
+@dataclass
+class _Fetched:
+    ref: AttachmentRef | LookupError | None = None
+    head: str = ""  # the longest prefix read so far
+    tail: str = ""  # the longest suffix read so far
+
+
+@dataclass
+class CachingAttachmentReader:
+    inner: AttachmentReader
+    _fetched: dict[tuple[int, int], _Fetched] = field(default_factory=dict)
+
+    def _entry(self, conversation_id: int, attachment_id: int) -> _Fetched:
+        return self._fetched.setdefault((conversation_id, attachment_id), _Fetched())
+
+    async def describe(self, conversation_id: int, attachment_id: int) -> AttachmentRef:
+        entry = self._entry(conversation_id, attachment_id)
+        if entry.ref is None:
+            try:
+                entry.ref = await self.inner.describe(conversation_id, attachment_id)
+            except LookupError as exc:
+                entry.ref = exc
+        if isinstance(entry.ref, LookupError):
+            raise entry.ref
+        return entry.ref
+
+    async def read(
+        self, conversation_id: int, attachment_id: int, offset: int, limit_chars: int
+    ) -> AttachmentPage:
+        entry = self._entry(conversation_id, attachment_id)
+        ref = entry.ref if isinstance(entry.ref, AttachmentRef) else None
+        if offset == 0 and ref is not None and min(limit_chars, ref.extracted_chars) <= len(entry.head):
+            text = entry.head[: max(0, limit_chars)]
+            return AttachmentPage(
+                attachment_id=attachment_id,
+                offset=0,
+                text=text,
+                next_offset=len(text),
+                total_chars=ref.extracted_chars,
+                has_more=len(text) < ref.extracted_chars,
+                truncated_at_parse=ref.truncated_at_parse,
+            )
+        page = await self.inner.read(conversation_id, attachment_id, offset, limit_chars)
+        if offset == 0 and len(page.text) > len(entry.head):
+            entry.head = page.text
+        return page
+
+    async def tail(self, conversation_id: int, attachment_id: int, chars: int) -> str:
+        entry = self._entry(conversation_id, attachment_id)
+        if 0 <= chars <= len(entry.tail):
+            return entry.tail[len(entry.tail) - chars :]
+        text = await self.inner.tail(conversation_id, attachment_id, chars)
+        if len(text) > len(entry.tail):
+            entry.tail = text
+        return text
+
+
+@dataclass(frozen=True)
+class NoAttachmentReader:
+    reason: str = "attachment text cannot be read here: this runtime has no attachment reader"
+
+    async def describe(self, conversation_id: int, attachment_id: int) -> AttachmentRef:
+        raise LookupError(self.reason)
+
+    async def read(
+        self, conversation_id: int, attachment_id: int, offset: int, limit_chars: int
+    ) -> AttachmentPage:
+        raise LookupError(self.reason)
+
+    async def tail(self, conversation_id: int, attachment_id: int, chars: int) -> str:
+        raise LookupError(self.reason)

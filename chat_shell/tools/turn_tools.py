@@ -1,0 +1,53 @@
+"""The per-turn state of the built-in tools.
+
+A compiled graph serves every conversation (one per model), so no tool holds a conversation.
+Each turn builds one `TurnTools`; it reaches the tools through the LangGraph run context
+(`AttemptRuntime.turn_tools`, read by a tool through its injected `runtime: ToolRuntime`
+argument). All attempts of a turn share it, so per-turn call limits hold across retries. A
+built-in tool that needs per-turn state adds its field here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chat_shell.compression.budget import budget_for
+from chat_shell.compression.token_counter import text_counter_for
+from chat_shell.contracts import TurnRequest
+from chat_shell.host import TurnServices
+from chat_shell.messages.attachment_readers import NoAttachmentReader
+from chat_shell.providers.profiles import ModelProfile
+from chat_shell.tools import read_attachment
+from chat_shell.tools.history_tools import HistoryToolSession
+
+
+@dataclass(frozen=True)
+class TurnTools:
+    read_attachment: read_attachment.ReadAttachmentSession
+    # None when the host cannot serve the user-visible record.
+    history: HistoryToolSession | None
+
+    @classmethod
+    def for_turn(cls, request: TurnRequest, profile: ModelProfile, services: TurnServices) -> TurnTools:
+        # Results are sized for the budget the guard applies to each tool's output (profile
+        # overrides included) and counted in the guard's units, so the guard never cuts one.
+        budget = budget_for(profile)
+        count = text_counter_for(profile).count
+        history = None
+        if services.originals is not None:
+            history = HistoryToolSession(
+                conversation_id=request.conversation_id,
+                before_message_id=request.user.message_id,
+                browser=services.originals,
+                budget_tokens=budget.tool_output_limit,
+                count=count,
+            )
+        return cls(
+            read_attachment=read_attachment.ReadAttachmentSession(
+                request.conversation_id,
+                services.attachments if services.attachments is not None else NoAttachmentReader(),
+                budget.tool_output_limit(read_attachment.TOOL_NAME),
+                count,
+            ),
+            history=history,
+        )
