@@ -160,7 +160,7 @@ async def test_a_2mb_log_and_a_30_page_pdf_reach_the_model_as_previews_and_pages
     # The stored model-visible history holds the question and the pages, never a whole file.
     async with sessions() as db:
         conversation = await db.get_one(Conversation, cid)
-        history = await resolve_history(db, conversation)
+        history = (await resolve_history(db, conversation)).messages
     assert [entry.role for entry in history] == ["user", *["assistant", "tool"] * 3, "assistant"]
     assert history[0].content == question and history[0].metadata.attachment_ids == [log["id"], pdf["id"]]
     stored_pages = [json.loads(str(e.content)) for e in history if e.role == "tool"]
