@@ -89,7 +89,6 @@ def test_drop_a_file_watch_it_upload_and_ask_about_it(page: Page, stack: Stack, 
     assert client.get(f"/api/attachments/{extra_id}").status_code == 404
 
 
-@pytest.mark.skip(reason="needs the attachment preview stage wired into the runtime (not in main yet)")
 def test_the_model_is_shown_the_dropped_file(page: Page, stack: Stack, username: str) -> None:
     start(page, stack, username)
     drop_file(page, "packing.txt", NOTES)
