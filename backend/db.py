@@ -25,7 +25,8 @@ def create_engine(url: str) -> AsyncEngine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, connect_args={"timeout": 30})
+        # Connections are cheap; writers serialize in SQLite itself (WAL, busy timeout).
+        engine = create_async_engine(url, connect_args={"timeout": 30}, pool_size=20, max_overflow=80)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(url, pool_size=20, max_overflow=20, pool_pre_ping=True)

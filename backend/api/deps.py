@@ -41,7 +41,13 @@ class Principal:
     session: Session | None  # None when authenticated by bearer token
 
 
-async def current_principal(request: Request, db: Db) -> Principal:
+async def current_principal(request: Request) -> Principal:
+    # Its own short transaction: a request that runs long (`?wait=true`, SSE) holds no connection.
+    async with app_context(request).sessions() as db, db.begin():
+        return await _authenticate(request, db)
+
+
+async def _authenticate(request: Request, db: AsyncSession) -> Principal:
     authorization = request.headers.get("authorization", "")
     if authorization:
         scheme, _, secret = authorization.partition(" ")

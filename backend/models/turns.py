@@ -48,6 +48,7 @@ class Turn(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     error_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
     error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The seq of the terminal event, set when the turn ends (0 while it runs).
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
     # Which process runs the turn, and when it last said so: a turn whose runner stopped
     # heartbeating was left behind by a crash and becomes `interrupted`.

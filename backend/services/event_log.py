@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from backend.models import Turn, TurnEvent
+from backend.models import TurnEvent
 
 log = logging.getLogger(__name__)
 
@@ -145,9 +145,6 @@ class EventWriter:
                     insert(TurnEvent),
                     [{"turn_id": e.turn_id, "seq": e.seq, "event": e.event, "data": e.data} for e in events],
                 )
-                last = {turn_log.turn_id: turn_log.last_seq for turn_log, _ in batch}
-                for turn_id, seq in last.items():
-                    await db.execute(update(Turn).where(Turn.id == turn_id).values(last_seq=seq))
                 for _, items in batch:
                     for event, hook in items:
                         if hook is not None:
@@ -162,6 +159,14 @@ class EventWriter:
                 log.exception("publishing turn events failed")
         for turn_log, _ in batch:
             turn_log.committed(error)
+
+
+async def latest_seq(db: AsyncSession, turn_id: int) -> int:
+    """The seq of the turn's newest committed event (0 before the first)."""
+    return (
+        await db.scalar(select(func.coalesce(func.max(TurnEvent.seq), 0)).where(TurnEvent.turn_id == turn_id))
+        or 0
+    )
 
 
 async def read_events(db: AsyncSession, turn_id: int, after_seq: int, limit: int = 1000) -> list[StoredEvent]:

@@ -20,7 +20,7 @@ from backend.api.errors import ApiError
 from backend.models import Message, Turn, TurnEvent, TurnStatus
 from backend.models.base import utcnow
 from backend.services.broker import LocalBroker
-from backend.services.event_log import StoredEvent, read_events
+from backend.services.event_log import StoredEvent, latest_seq, read_events
 from backend.services.turns import message_payload
 
 TERMINAL_EVENTS = frozenset({"turn.completed", "turn.failed", "turn.cancelled"})
@@ -60,12 +60,12 @@ async def choose_turn(
     )
 
 
-def check_position(turn: Turn, after_seq: int) -> None:
-    if after_seq > turn.last_seq:
+async def check_position(db: AsyncSession, turn: Turn, after_seq: int) -> None:
+    """A client cannot have seen an event that was never committed."""
+    newest = turn.last_seq if turn.status != TurnStatus.RUNNING else await latest_seq(db, turn.id)
+    if after_seq > newest:
         raise ApiError(
-            400,
-            "invalid_last_event_id",
-            f"event {turn.id}:{after_seq} is ahead of the turn's log ({turn.last_seq})",
+            400, "invalid_last_event_id", f"event {turn.id}:{after_seq} is ahead of the turn's log ({newest})"
         )
 
 

@@ -326,8 +326,8 @@ class _Relay:
             data = {"message": stored}
 
         # Compaction rows were written as their events arrived; the result only repeats them.
-        async def persist(db: AsyncSession, _: Sequence[StoredEvent]) -> None:
-            await turns.finish_turn(db, started, terminal, result, error, now)
+        async def persist(db: AsyncSession, events: Sequence[StoredEvent]) -> None:
+            await turns.finish_turn(db, started, terminal, result, error, now, events[-1].seq)
 
         self.turn_log.append(terminal, data, persist)
 

@@ -203,6 +203,7 @@ async def finish_turn(
     result: TurnResult,
     error: dict[str, str] | None,
     now: datetime,
+    terminal_seq: int,
 ) -> Message:
     """Writes the outcome to the assistant message and the turn row, together."""
     message = await db.get(Message, started.assistant_message.id)
@@ -221,6 +222,7 @@ async def finish_turn(
     metrics = result.context_metrics
     turn.status = _TURN_STATUS[terminal]
     turn.ended_at = now
+    turn.last_seq = terminal_seq
     turn.termination_reason = result.termination_reason
     turn.error_code = error["code"] if error else None
     turn.error_message = error["message"] if error else None

@@ -203,9 +203,8 @@ async def test_a_turn_that_ends_without_a_chain_keeps_the_checkpoint_it_stored(w
         )
     async with world.sessions() as db, db.begin():
         lost = TurnResult(value="cut sho", termination_reason="internal_error")
-        await turns.finish_turn(
-            db, started, "turn.failed", lost, {"code": "runtime_unavailable", "message": "gone"}, utcnow()
-        )
+        error = {"code": "runtime_unavailable", "message": "gone"}
+        await turns.finish_turn(db, started, "turn.failed", lost, error, utcnow(), 1)
     assert shape(await world.resolved(cid)) == [
         ("user", f"{SUMMARY_PREFIX}\nS-mid", SUMMARY),
         ("user", "go on", RETAINED),

@@ -85,7 +85,7 @@ async def readable_conversation(
     scheme, _, secret = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and capabilities.is_capability(secret.strip()):
         return await _by_capability(db, ctx, conversation_id, secret.strip())
-    principal = await current_principal(request, db)
+    principal = await current_principal(request)
     return await conversations.get_owned(db, principal.user, conversation_id)
 
 

@@ -117,7 +117,7 @@ async def stream(
     if turn is None:
         return Response(status_code=status.HTTP_204_NO_CONTENT)
     after_seq = resume.after_seq if resume is not None else (after or 0)
-    streams.check_position(turn, after_seq)
+    await streams.check_position(db, turn, after_seq)
     if streams.is_done(turn, after_seq):
         # 204 tells EventSource not to reconnect: the client has the whole turn.
         return Response(status_code=status.HTTP_204_NO_CONTENT)
