@@ -124,6 +124,22 @@ async def _load(base_url: str, turns: int, tokens: int) -> None:
     await client.aclose()
 
 
+async def _bare_stream_cpu(provider_url: str, tokens: int) -> float:
+    """CPU milliseconds per token of a bare `ChatOpenAI.astream` in this process: the floor that
+    LangChain and the OpenAI client put under any runtime, whatever it does with the tokens."""
+    from langchain_openai import ChatOpenAI
+
+    model = ChatOpenAI(model="scripted-model", base_url=f"{provider_url}/v1", api_key="x", stream_usage=True)
+    async with httpx.AsyncClient() as provider:
+        await provider.post(f"{provider_url}/_script", json=[{"clock_tokens": tokens, "token_delay": 0}] * 2)
+    async for _ in model.astream("warm up"):
+        pass
+    start = time.process_time()
+    async for _ in model.astream("go"):
+        pass
+    return (time.process_time() - start) * 1000 / tokens
+
+
 async def _replay(base_url: str, provider_url: str, events_wanted: int) -> None:
     client = await _client(base_url)
     cid = (await client.post("/api/conversations", json={"title": "replay"})).json()["id"]
@@ -170,6 +186,10 @@ def main() -> None:
         )
         try:
             backend.start()
+            floor = asyncio.run(_bare_stream_cpu(provider_url, 2000))
+            row("bare ChatOpenAI.astream CPU per token (ms)", f"{floor:.3f}")
+            row("  tokens/s one core can parse at most", f"{1000 / floor:.0f}")
+            row("  concurrent 50-token/s turns that fills", f"{1000 / floor / 50:.0f}")
             asyncio.run(_load(backend.base_url, turns, tokens))
             asyncio.run(_replay(backend.base_url, provider_url, 1000 if args.quick else 5000))
         finally:
