@@ -10,7 +10,16 @@ from fastapi import FastAPI
 
 from backend.api.errors import install_error_handlers
 from backend.api.limits import BodySizeLimit
-from backend.api.routes import attachments, auth, conversations, health, history, pages, turns
+from backend.api.routes import (
+    attachments,
+    auth,
+    conversations,
+    health,
+    history,
+    pages,
+    prometheus,
+    turns,
+)
 from backend.context import AppContext
 from backend.db import check_schema, create_engine, session_factory
 from backend.runtime_factory import open_runtime, require_service_token, runtime_config
@@ -23,6 +32,7 @@ from backend.services.history import DatabaseHistory
 from backend.services.originals import DatabaseHistoryBrowser
 from backend.services.turn_runner import TurnDefaults, TurnRunner
 from backend.settings import Settings, get_settings
+from backend.telemetry import setup_telemetry
 from chat_shell.history.loader import PackageHistoryLoader
 
 
@@ -45,6 +55,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = create_engine(settings.resolved_database_url)
         async with AsyncExitStack() as stack:
             stack.push_async_callback(engine.dispose)
+            if app.state.telemetry is not None:
+                stack.callback(app.state.telemetry.flush)
             await check_schema(engine)
             sessions = session_factory(engine)
             runtime = await stack.enter_async_context(
@@ -82,11 +94,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
 
     app = FastAPI(title="Chat Shell", version="0.1.0", lifespan=lifespan)
+    # Once per process; disabled telemetry leaves every instrument and span a no-op.
+    app.state.telemetry = setup_telemetry(settings)
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_request_bytes, exempt_prefixes=("/api/attachments",)
     )
     install_error_handlers(app)
-    for module in (auth, conversations, history, turns, attachments, health, pages):
+    for module in (auth, conversations, history, turns, attachments, health, pages, prometheus):
         app.include_router(module.router)
     app.mount("/static", pages.static_files, name="static")
     return app

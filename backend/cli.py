@@ -8,6 +8,7 @@ import getpass
 import os
 import sys
 
+from backend.logs import configure_logging
 from backend.settings import Settings, get_settings
 
 
@@ -27,7 +28,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> None:
 
     if args.migrate:
         _migrate(settings)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=settings.log_level.lower())
+    configure_logging(settings.log_level, json_lines=settings.log_json)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None)
 
 
 def _service(args: argparse.Namespace, settings: Settings) -> None:
@@ -35,9 +37,8 @@ def _service(args: argparse.Namespace, settings: Settings) -> None:
 
     from backend.runtime_factory import create_service_app
 
-    uvicorn.run(
-        create_service_app(settings), host=args.host, port=args.port, log_level=settings.log_level.lower()
-    )
+    configure_logging(settings.log_level, json_lines=settings.log_json)
+    uvicorn.run(create_service_app(settings), host=args.host, port=args.port, log_config=None)
 
 
 async def _create_user(settings: Settings, username: str, password: str, operator: bool) -> None:

@@ -14,7 +14,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from backend.api.routes.prometheus import add_service_metrics
 from backend.settings import Settings
+from backend.telemetry import setup_telemetry
 from chat_shell.api.app import create_service_app as create_chat_shell_app
 from chat_shell.contracts import AttachmentReader, HistoryBrowser, HistoryLoader, TurnRuntime
 from chat_shell.guard.protocol import GuardFactory
@@ -139,4 +141,8 @@ def create_service_app(
     token = require_service_token(settings)
     host = RemoteHost()
     shell = ChatShell(runtime_config(settings), tools=tools, guard_factory=guard_factory, host=host)
-    return create_chat_shell_app(shell, service_token=token, on_shutdown=host.aclose)
+    app = create_chat_shell_app(shell, service_token=token, on_shutdown=host.aclose)
+    telemetry = setup_telemetry(settings, component="runtime")
+    if telemetry is not None:
+        add_service_metrics(app, telemetry, (settings.metrics_token, token))
+    return app

@@ -36,6 +36,7 @@ from chat_shell.contracts import (
 from chat_shell.guard.factory import build_guard
 from chat_shell.guard.protocol import GuardFactory
 from chat_shell.host import FixedHost, Host, TurnServices
+from chat_shell.observability.turn_telemetry import TurnTelemetry
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
 from chat_shell.providers.profiles import ModelProfile, resolve_profile
 from chat_shell.tools.registry import ToolRegistry, default_tools
@@ -107,8 +108,10 @@ class ChatShell:
         self, request: TurnRequest, cancel: asyncio.Event | None = None
     ) -> AsyncIterator[TurnEvent]:
         """The turn's events; setting `cancel` stops it (partial output kept, `turn.cancelled`)."""
+        profile = self.profile(request.model)
+        telemetry = TurnTelemetry(request, profile, default_model=self.config.model)
         setup = TurnSetup(
-            profile=self.profile(request.model),
+            profile=profile,
             graphs=self.graph,
             checkpointer=self.checkpointer,
             guard_factory=self._guard_factory,
@@ -117,10 +120,13 @@ class ChatShell:
             truncation_retries=self.config.truncation_retries,
             system_prompt=request.system_prompt or self.config.system_prompt,
             services=self._host.services(request),
+            callbacks=tuple(telemetry.callbacks),
         )
         queue: asyncio.Queue[TurnEvent | None] = asyncio.Queue()
-        execution = TurnExecution(setup, request, cancel or asyncio.Event(), queue.put_nowait)
-        task = asyncio.create_task(execution.execute())
+        execution = TurnExecution(
+            setup, request, cancel or asyncio.Event(), telemetry.watch(queue.put_nowait)
+        )
+        task = asyncio.create_task(telemetry.run(execution.execute()))
         task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
             while (event := await queue.get()) is not None:

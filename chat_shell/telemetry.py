@@ -27,3 +27,8 @@ def record_protection(operation: str, status: str, **attributes: Any) -> None:
         attrs["tokens_saved"] = max(0, before - after)
     attrs["status"] = status
     trace.get_current_span().add_event(f"context_protection.{operation}", attributes=attrs)
+
+
+def sdk_installed() -> bool:
+    """Whether an SDK tracer provider is installed (telemetry enabled in this process)."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)

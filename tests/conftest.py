@@ -15,6 +15,7 @@ import pytest
 from backend.app import create_app
 from backend.settings import Settings
 from tests.support import databases
+from tests.support import telemetry as telemetry_support
 from tests.support.api import new_user
 from tests.support.scripted_provider import scripted_provider  # noqa: F401  (fixture for every suite)
 from tests.support.servers import serve
@@ -35,6 +36,12 @@ def _off_loop(awaitable: Callable[[], Coroutine[object, object, T]]) -> T:
     """Run database admin work on its own loop in a worker thread, away from the tests' loops."""
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, awaitable()).result()
+
+
+@pytest.fixture(scope="session")
+def telemetry() -> telemetry_support.Recorded:
+    """The OpenTelemetry SDK installed for this process, with in-memory span and metric exporters."""
+    return telemetry_support.install()
 
 
 @pytest.fixture(scope="session")

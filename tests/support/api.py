@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import httpx
+from sqlalchemy import update
+
+from backend.db import create_engine, session_factory
+from backend.models import User
 
 PASSWORD = "correct horse battery staple"
 
@@ -25,4 +29,21 @@ async def login(base_url: str, username: str, password: str = PASSWORD) -> httpx
 async def new_user(base_url: str, username: str) -> httpx.AsyncClient:
     async with httpx.AsyncClient(base_url=base_url) as anonymous:
         await register(anonymous, username)
+    return await login(base_url, username)
+
+
+async def make_operator(database_url: str, username: str) -> None:
+    """Grants an existing account the operator flag (what `chat-shell create-user --operator` sets)."""
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as db, db.begin():
+            await db.execute(update(User).where(User.username == username).values(is_operator=True))
+    finally:
+        await engine.dispose()
+
+
+async def new_operator(base_url: str, database_url: str, username: str) -> httpx.AsyncClient:
+    async with httpx.AsyncClient(base_url=base_url) as anonymous:
+        await register(anonymous, username)
+    await make_operator(database_url, username)
     return await login(base_url, username)

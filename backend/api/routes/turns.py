@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Query, Response, status
 from sqlalchemy import select
 from sse_starlette import EventSourceResponse, JSONServerSentEvent
 
+from backend import instruments
 from backend.api.deps import Ctx, CurrentUser, Db
 from backend.api.errors import ApiError
 from backend.api.routes.conversations import attachment_summaries, conversation_out, message_out
@@ -122,8 +123,15 @@ async def stream(
         # 204 tells EventSource not to reconnect: the client has the whole turn.
         return Response(status_code=status.HTTP_204_NO_CONTENT)
 
+    if after_seq > 0:
+        instruments.stream_resumes.add(1)
+
     async def events() -> AsyncIterator[JSONServerSentEvent]:
-        async for event in streams.follow(ctx.sessions, ctx.broker, turn.id, after_seq):
-            yield JSONServerSentEvent(data=event.data, event=event.event, id=event.sse_id)
+        instruments.active_streams.add(1)
+        try:
+            async for event in streams.follow(ctx.sessions, ctx.broker, turn.id, after_seq):
+                yield JSONServerSentEvent(data=event.data, event=event.event, id=event.sse_id)
+        finally:
+            instruments.active_streams.add(-1)
 
     return EventSourceResponse(events(), ping=ctx.settings.sse_ping_seconds, send_timeout=30)

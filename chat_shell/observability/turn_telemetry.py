@@ -1,0 +1,205 @@
+"""One turn's telemetry: its span, the metrics its events imply, and the metrics log line.
+
+The runtime hands every event of the turn through `watch` on its way to the caller, so the
+turn's outcome, compactions, refusal, overflow errors and time to first token are measured
+from the same events the user sees. The turn span is made current for the whole run, so the
+guard's `context_protection.*` events and the per-call spans (`CallTracer`) nest under it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from time import time_ns
+from typing import Any
+
+from langchain_core.callbacks import BaseCallbackHandler
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from chat_shell.compression.budget import budget_for
+from chat_shell.contracts import CompactionRecord, TurnEvent, TurnRequest, TurnResult
+from chat_shell.observability import instruments
+from chat_shell.observability.model_spans import CallTracer
+from chat_shell.providers.profiles import ModelProfile
+from chat_shell.telemetry import record_protection, sdk_installed, tracer
+
+logger = logging.getLogger("chat_shell.metrics")
+
+EMERGENCY_STRATEGIES = frozenset({"emergency_truncate", "tail_drop"})
+# Statuses that end a compaction attempt (`started`/`in_progress` are progress reports).
+FINAL_STATUSES = frozenset({"completed", "fallback"})
+
+
+class TurnTelemetry:
+    def __init__(self, request: TurnRequest, profile: ModelProfile, *, default_model: str | None) -> None:
+        self.request = request
+        self.label = instruments.profile_label(profile.name, default_model)
+        self.span = tracer.start_span(
+            "invoke_agent chat_shell",
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": "chat_shell",
+                "gen_ai.request.model": profile.name,
+                "gen_ai.conversation.id": str(request.conversation_id),
+                "chat_shell.turn.id": request.turn_id,
+                "chat_shell.model_profile": self.label,
+            },
+        )
+        self.context = trace.set_span_in_context(self.span)
+        self._tracer = (
+            CallTracer(
+                self.context,
+                profile_label=self.label,
+                available_input=budget_for(profile).available_input,
+            )
+            if sdk_installed()
+            else None
+        )
+        self._compactions = 0
+
+    @property
+    def callbacks(self) -> list[BaseCallbackHandler]:
+        """LangChain callbacks for the attempts' run config (none while telemetry is off)."""
+        return [self._tracer] if self._tracer is not None else []
+
+    def watch(self, emit: Callable[[TurnEvent], None]) -> Callable[[TurnEvent], None]:
+        def observed(event: TurnEvent) -> None:
+            self.observe(event)
+            emit(event)
+
+        return observed
+
+    async def run(self, work: Awaitable[None]) -> None:
+        """Runs the turn with its span current; the span ends with it, whatever way it ends."""
+        token = otel_context.attach(self.context)
+        try:
+            await work
+        finally:
+            otel_context.detach(token)
+            if self._tracer is not None:
+                self._tracer.close()
+            self.span.end()
+
+    def observe(self, event: TurnEvent) -> None:
+        if event.type == "context.compaction":
+            self._compaction(event.record)
+        elif event.type in ("turn.completed", "turn.failed", "turn.cancelled"):
+            self._finish(event.result, getattr(event, "code", None), event.type)
+
+    # -- compactions -----------------------------------------------------------------------
+
+    def _compaction(self, record: CompactionRecord) -> None:
+        if record.status not in FINAL_STATUSES:
+            return
+        self._compactions += 1
+        labels = {"model_profile": self.label, "strategy": record.strategy, "status": record.status}
+        instruments.compactions.add(1, labels)
+        saved = _saved(record)
+        if saved is not None:
+            instruments.tokens_saved.add(saved, {"model_profile": self.label, "strategy": record.strategy})
+        if record.duration_ms is not None:
+            instruments.compaction_duration.record(record.duration_ms, labels)
+        if record.strategy in EMERGENCY_STRATEGIES and record.status == "completed":
+            instruments.emergency_truncations.add(
+                1, {"model_profile": self.label, "strategy": record.strategy}
+            )
+        self._compaction_span(record, saved)
+
+    def _compaction_span(self, record: CompactionRecord, saved: int | None) -> None:
+        """A span over the compaction's measured duration (it ended when its event arrived)."""
+        end = time_ns()
+        start = end - int((record.duration_ms or 0) * 1_000_000)
+        attributes = {
+            "chat_shell.compaction.strategy": record.strategy,
+            "chat_shell.compaction.status": record.status,
+            "chat_shell.compaction.before_tokens": record.before_tokens,
+            "chat_shell.compaction.after_tokens": record.after_tokens,
+            "chat_shell.compaction.tokens_saved": saved,
+            "chat_shell.compaction.removed_items": record.removed_items,
+            "chat_shell.compaction.failure_reason": record.failure_reason,
+            "chat_shell.compaction.retention_score": record.retention_score,
+        }
+        span = tracer.start_span(
+            f"compaction {record.strategy}",
+            context=self.context,
+            start_time=start,
+            attributes={key: value for key, value in attributes.items() if value is not None},
+        )
+        if record.status == "fallback":
+            span.set_status(Status(StatusCode.ERROR, record.failure_reason or "fallback"))
+        if record.strategy == "summary_compact":
+            # The summary stage's span event (SPEC 5.8), with the schema of the source stages'.
+            with trace.use_span(span, end_on_exit=False):
+                record_protection(
+                    "summary_compact",
+                    record.status,
+                    duration_ms=record.duration_ms,
+                    before_tokens=record.before_tokens,
+                    after_tokens=record.after_tokens,
+                    removed_items=record.removed_items,
+                    chunks=record.chunks,
+                    retention_score=record.retention_score,
+                    failure_reason=record.failure_reason,
+                )
+        span.end(end_time=end)
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def _finish(self, result: TurnResult, code: str | None, terminal: str) -> None:
+        reason = result.termination_reason
+        instruments.turns.add(1, {"model_profile": self.label, "termination_reason": reason})
+        if reason == "context_refused":
+            instruments.refusals.add(1, {"model_profile": self.label})
+        if result.overflow_errors:
+            instruments.overflow_errors.add(result.overflow_errors, {"model_profile": self.label})
+        if result.ttft_ms is not None:
+            instruments.time_to_first_token.record(result.ttft_ms, {"model_profile": self.label})
+        metrics = result.context_metrics
+        usage = result.usage
+        attributes: dict[str, Any] = {
+            "chat_shell.termination_reason": reason,
+            "gen_ai.usage.input_tokens": usage.input_tokens,
+            "gen_ai.usage.output_tokens": usage.output_tokens,
+            "chat_shell.model_calls": usage.model_calls,
+            "chat_shell.compactions": self._compactions,
+            "chat_shell.overflow_errors": result.overflow_errors,
+        }
+        if result.ttft_ms is not None:
+            attributes["chat_shell.ttft_ms"] = round(result.ttft_ms, 3)
+        if metrics is not None:
+            attributes.update(
+                {
+                    "chat_shell.context.used_input": metrics.used_input,
+                    "chat_shell.context.available_input": metrics.available_input,
+                    "chat_shell.context.state": metrics.state,
+                }
+            )
+        self.span.set_attributes(attributes)
+        if terminal == "turn.failed":
+            self.span.set_attribute("error.type", code or "failed")
+            self.span.set_status(Status(StatusCode.ERROR, code or "failed"))
+        logger.info(
+            "[TurnMetrics] turn=%s conversation=%s profile=%s reason=%s calls=%d input_tokens=%d "
+            "output_tokens=%d used=%s available=%s state=%s compactions=%d overflow_errors=%d ttft_ms=%s",
+            self.request.turn_id,
+            self.request.conversation_id,
+            self.label,
+            reason,
+            usage.model_calls,
+            usage.input_tokens,
+            usage.output_tokens,
+            metrics.used_input if metrics else None,
+            metrics.available_input if metrics else None,
+            metrics.state if metrics else None,
+            self._compactions,
+            result.overflow_errors,
+            round(result.ttft_ms, 1) if result.ttft_ms is not None else None,
+        )
+
+
+def _saved(record: CompactionRecord) -> int | None:
+    if record.before_tokens is None or record.after_tokens is None:
+        return None
+    return max(0, record.before_tokens - record.after_tokens)

@@ -1,0 +1,203 @@
+"""Operators' telemetry over HTTP: `/metrics` after scripted turns, its protection, and logs.
+
+The process's OpenTelemetry SDK is the backend's own setup with in-memory exporters attached
+(the `telemetry` fixture); counters are cumulative for the process, so tests compare scrapes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import pytest
+from opentelemetry import trace
+from prometheus_client.parser import text_string_to_metric_families
+
+from backend.app import create_app
+from backend.logs import log_handler
+from backend.settings import Settings
+from tests.support.api import new_operator, new_user
+from tests.support.scripted_provider import ScriptedProvider, text, tool_call
+from tests.support.servers import serve
+from tests.support.sse import read_stream
+from tests.support.telemetry import Recorded
+from tests.support.texts import log_text
+
+SCRAPE_TOKEN = "scrape-secret-123"
+SECRET = "my locker code is 5-5-2-8"
+# The only labels chat_shell's own series may carry: bounded sets, never ids.
+ALLOWED_LABELS = {"model_profile", "termination_reason", "purpose", "outcome", "strategy", "status", "le"}
+ALLOWED_LABELS |= {"otel_scope_name", "otel_scope_version", "otel_scope_schema_url"}
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+@pytest.fixture
+async def metrics_server(
+    telemetry: Recorded,
+    sqlite_url: str,
+    make_settings: Callable[..., Settings],
+    scripted_provider: ScriptedProvider,
+) -> AsyncIterator[str]:
+    settings = make_settings(
+        sqlite_url,
+        openai_base_url=scripted_provider.base_url,
+        telemetry_enabled=True,
+        metrics_token=SCRAPE_TOKEN,
+        context_window=16_384,
+        max_output_tokens=2_048,
+        sse_ping_seconds=0.5,
+    )
+    async with serve(create_app(settings)) as base_url:
+        yield base_url
+
+
+async def _scrape(base_url: str) -> tuple[Samples, set[str]]:
+    async with httpx.AsyncClient(base_url=base_url) as client:
+        response = await client.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain")
+    samples: Samples = {}
+    label_keys: set[str] = set()
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name.startswith("chat_shell_"):
+                label_keys |= set(sample.labels)
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples, label_keys
+
+
+def _sum(samples: Samples, name: str, **labels: str) -> float:
+    wanted = set(labels.items())
+    return sum(value for (n, found), value in samples.items() if n == name and wanted <= found)
+
+
+async def _send(client: httpx.AsyncClient, cid: int, content: str) -> dict:
+    response = await client.post(
+        f"/api/conversations/{cid}/messages", json={"content": content}, params={"wait": "true"}
+    )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_metrics_need_the_scraper_token_or_an_operator(metrics_server: str, sqlite_url: str) -> None:
+    async with httpx.AsyncClient(base_url=metrics_server) as anonymous:
+        assert (await anonymous.get("/metrics")).status_code == 401
+        wrong = await anonymous.get("/metrics", headers={"Authorization": "Bearer not-the-token"})
+        assert wrong.status_code == 401
+        scraper = await anonymous.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
+        assert scraper.status_code == 200 and "target_info" in scraper.text
+    user = await new_user(metrics_server, "plain")
+    operator = await new_operator(metrics_server, sqlite_url, "watcher")
+    try:
+        denied = await user.get("/metrics")
+        assert denied.status_code == 403 and denied.json()["code"] == "operator_only"
+        assert (await operator.get("/metrics")).status_code == 200
+    finally:
+        await user.aclose()
+        await operator.aclose()
+
+
+async def test_a_scrape_after_scripted_turns_shows_their_outcomes_tokens_and_streams(
+    metrics_server: str, scripted_provider: ScriptedProvider
+) -> None:
+    before, _ = await _scrape(metrics_server)
+    client = await new_user(metrics_server, "scripted")
+    try:
+        cid = (await client.post("/api/conversations", json={"title": "t"})).json()["id"]
+        scripted_provider.script(tool_call("generate_report", {"rows": 2, "seed": 1}), text("All good."))
+        await _send(client, cid, "A report, please.")
+        refused = await _send(client, cid, log_text(80_000))
+        assert refused["assistant_message"]["status"] == "failed"
+        # A conversation of its own: the refused message stays in the first one's history.
+        other = (await client.post("/api/conversations", json={"title": "u"})).json()["id"]
+        scripted_provider.context_window = 10
+        overflowed = await _send(client, other, "Short question.")
+        scripted_provider.context_window = None
+        assert overflowed["assistant_message"]["result"]["error"]["code"] == "context_overflow"
+        # A reader resumes the finished turn after its first event, and closes.
+        resumed = await read_stream(client, other, last_event_id=f"{overflowed['turn_id']}:1")
+        assert resumed.terminal is not None
+    finally:
+        await client.aclose()
+    after, label_keys = await _scrape(metrics_server)
+
+    def grew(name: str, **labels: str) -> float:
+        return _sum(after, name, **labels) - _sum(before, name, **labels)
+
+    assert grew("chat_shell_turns_total", termination_reason="normal_completion") == 1
+    assert grew("chat_shell_turns_total", termination_reason="context_refused") == 1
+    assert grew("chat_shell_turns_total", termination_reason="provider_error") == 1
+    assert grew("chat_shell_refusals_total") == 1
+    assert grew("chat_shell_provider_overflow_errors_total") >= 1
+    assert grew("chat_shell_model_calls_total", outcome="ok", purpose="answer") == 2
+    assert grew("chat_shell_model_calls_total", outcome="error") >= 1
+    assert grew("chat_shell_model_input_tokens_total") > 0
+    assert grew("chat_shell_model_output_tokens_total") > 0
+    assert grew("chat_shell_context_utilization_count") == 2
+    assert grew("chat_shell_time_to_first_token_milliseconds_count") == 1
+    assert grew("chat_shell_stream_resumes_total") == 1
+    assert _sum(after, "chat_shell_streams_active") == 0  # the stream closed again
+    assert label_keys <= ALLOWED_LABELS
+
+
+async def test_with_telemetry_disabled_there_is_nothing_to_scrape(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(sqlite_url, telemetry_enabled=False, metrics_token=SCRAPE_TOKEN)
+    async with serve(create_app(settings)) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        response = await client.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
+    assert response.status_code == 404 and response.json()["code"] == "telemetry_disabled"
+
+
+async def test_turn_logs_carry_the_grep_keys_and_no_message_content_at_info(
+    metrics_server: str, scripted_provider: ScriptedProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = await new_user(metrics_server, "private")
+    caplog.set_level(logging.INFO)
+    try:
+        cid = (await client.post("/api/conversations", json={"title": "t"})).json()["id"]
+        scripted_provider.script(
+            tool_call("generate_report", {"rows": 2, "seed": 1, "title": SECRET}), text(f"Noted: {SECRET}")
+        )
+        await _send(client, cid, f"Remember this: {SECRET}")
+    finally:
+        await client.aclose()
+    lines = [record.getMessage() for record in caplog.records if record.levelno >= logging.INFO]
+    assert any(line.startswith("[TurnMetrics] ") for line in lines)
+    assert any(line.startswith("[Persistence] ") for line in lines)
+    assert not [line for line in lines if SECRET in line or "5-5-2-8" in line]
+
+
+def test_json_log_lines_carry_the_trace_and_span_of_the_work(telemetry: Recorded) -> None:
+    buffer = io.StringIO()
+    logger = logging.getLogger("tests.json_lines")
+    logger.propagate = False
+    logger.addHandler(log_handler(json_lines=True, stream=buffer))
+    logger.setLevel(logging.INFO)
+    with trace.get_tracer("tests").start_as_current_span("work") as span:
+        logger.info("[TurnMetrics] turn=%s reason=%s", 7, "normal_completion", extra={"turn_id": 7})
+    logger.info("outside any span")
+    inside, outside = (json.loads(line) for line in buffer.getvalue().splitlines())
+    context = span.get_span_context()
+    assert inside["message"] == "[TurnMetrics] turn=7 reason=normal_completion"
+    assert inside["trace_id"] == format(context.trace_id, "032x")
+    assert inside["span_id"] == format(context.span_id, "016x")
+    assert inside["level"] == "INFO" and inside["turn_id"] == 7
+    assert outside["trace_id"] == "" and outside["message"] == "outside any span"
+
+
+def test_text_log_lines_carry_the_trace_id(telemetry: Recorded) -> None:
+    buffer = io.StringIO()
+    logger = logging.getLogger("tests.text_lines")
+    logger.propagate = False
+    logger.addHandler(log_handler(json_lines=False, stream=buffer))
+    logger.setLevel(logging.INFO)
+    with trace.get_tracer("tests").start_as_current_span("work") as span:
+        logger.info("[Persistence] turn=1")
+    line = buffer.getvalue()
+    assert f"trace_id={format(span.get_span_context().trace_id, '032x')}" in line
+    assert line.rstrip().endswith("[Persistence] turn=1")

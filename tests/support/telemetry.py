@@ -1,0 +1,73 @@
+"""The process's OpenTelemetry SDK for tests: the real backend setup plus in-memory exporters.
+
+The global providers can be installed once per process, so the first test that needs them
+installs them with an in-memory span exporter and metric reader; later tests read deltas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, NumberDataPoint
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from backend import telemetry as backend_telemetry
+from backend.settings import Settings
+
+
+@dataclass(frozen=True)
+class Recorded:
+    telemetry: backend_telemetry.Telemetry
+    spans: InMemorySpanExporter
+    reader: InMemoryMetricReader
+
+    def finished_spans(self) -> list[ReadableSpan]:
+        return list(self.spans.get_finished_spans())
+
+    def points(self, name: str) -> list[tuple[dict[str, Any], NumberDataPoint | HistogramDataPoint]]:
+        data = self.reader.get_metrics_data()
+        found = []
+        for resource_metrics in data.resource_metrics if data else ():
+            for scope in resource_metrics.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == name:
+                        found += [(dict(p.attributes or {}), p) for p in metric.data.data_points]
+        return found
+
+    def total(self, name: str, **labels: str) -> float:
+        """The sum of a counter (or a histogram's count) over points matching `labels`."""
+        total = 0.0
+        for attributes, point in self.points(name):
+            if all(attributes.get(k) == v for k, v in labels.items()):
+                total += point.count if isinstance(point, HistogramDataPoint) else point.value
+        return total
+
+
+_recorded: Recorded | None = None
+
+
+def install() -> Recorded:
+    global _recorded
+    if _recorded is None:
+        spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
+        installed = backend_telemetry.setup_telemetry(
+            Settings(_env_file=None, telemetry_enabled=True),  # type: ignore[call-arg]
+            span_processors=[SimpleSpanProcessor(spans)],
+            metric_readers=[reader],
+        )
+        assert installed is not None
+        assert installed.tracer_provider is not None
+        _recorded = Recorded(installed, spans, reader)
+    return _recorded
+
+
+def children(spans: Iterable[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
+    return [s for s in spans if s.parent is not None and s.parent.span_id == parent.context.span_id]
+
+
+def events_named(span: ReadableSpan, name: str) -> list[Mapping[str, Any]]:
+    return [dict(event.attributes or {}) for event in span.events if event.name == name]
