@@ -16,6 +16,7 @@ from backend.api.routes import (
     conversations,
     health,
     history,
+    operators,
     pages,
     prometheus,
     turns,
@@ -100,7 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodySizeLimit, max_bytes=settings.max_request_bytes, exempt_prefixes=("/api/attachments",)
     )
     install_error_handlers(app)
-    for module in (auth, conversations, history, turns, attachments, health, pages, prometheus):
+    for module in (auth, conversations, history, turns, attachments, health, pages, operators, prometheus):
         app.include_router(module.router)
     app.mount("/static", pages.static_files, name="static")
     return app

@@ -83,6 +83,18 @@ async def conversation_page(conversation_id: ConversationId, request: Request, d
     return _chat(request, user, conversation_id)
 
 
+@router.get("/operators", response_class=HTMLResponse)
+async def operators_page(request: Request, db: Db) -> Response:
+    """The context-metrics dashboard; other accounts get the same 404 page as a missing URL."""
+    user = await _viewer(request, db)
+    if user is None:
+        return _to_login(request)
+    if not user.is_operator:
+        return _page(request, "not_found.html", {"user": user}, status=404)
+    boot = {"user": {"id": user.id, "username": user.username, "is_operator": True}}
+    return _page(request, "dashboard.html", {"boot": boot, "user": user})
+
+
 @router.get("/login", response_class=HTMLResponse)
 async def login_page(request: Request, db: Db) -> Response:
     if await _viewer(request, db) is not None:
