@@ -9,7 +9,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,12 +21,19 @@ from prometheus_client.parser import text_string_to_metric_families
 from backend.app import create_app
 from backend.logs import log_handler
 from backend.settings import Settings
+from chat_shell.providers.openai import ProviderConfig
+from chat_shell.runtime import ChatShell, RuntimeConfig
 from tests.support.api import new_operator, new_user
 from tests.support.scripted_provider import ScriptedProvider, text, tool_call
 from tests.support.servers import serve
 from tests.support.sse import read_stream
-from tests.support.telemetry import Recorded
+from tests.support.telemetry import EMERGENCY_WINDOW, Recorded, guard_without_summary, over_trigger_history
 from tests.support.texts import log_text
+from tests.support.turns import collect, make_request
+
+GRAFANA_DASHBOARD = (
+    Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "chat-shell.json"
+)
 
 SCRAPE_TOKEN = "scrape-secret-123"
 SECRET = "my locker code is 5-5-2-8"
@@ -83,6 +92,66 @@ async def _send(client: httpx.AsyncClient, cid: int, content: str) -> dict:
     return response.json()
 
 
+async def _scripted_turns(base_url: str, provider: ScriptedProvider, username: str) -> None:
+    """A completed turn with a tool call, a refused one, a provider overflow, and a resumed stream."""
+    client = await new_user(base_url, username)
+    try:
+        cid = (await client.post("/api/conversations", json={"title": "t"})).json()["id"]
+        provider.script(tool_call("generate_report", {"rows": 2, "seed": 1}), text("All good."))
+        await _send(client, cid, "A report, please.")
+        refused = await _send(client, cid, log_text(80_000))
+        assert refused["assistant_message"]["status"] == "failed"
+        # A conversation of its own: the refused message stays in the first one's history.
+        other = (await client.post("/api/conversations", json={"title": "u"})).json()["id"]
+        provider.context_window = 10
+        try:
+            overflowed = await _send(client, other, "Short question.")
+        finally:
+            provider.context_window = None
+        assert overflowed["assistant_message"]["result"]["error"]["code"] == "context_overflow"
+        # A reader resumes the finished turn after its first event, and closes.
+        resumed = await read_stream(client, other, last_event_id=f"{overflowed['turn_id']}:1")
+        assert resumed.terminal is not None
+    finally:
+        await client.aclose()
+
+
+async def _emergency_truncation(provider: ScriptedProvider) -> None:
+    """A turn whose history is over the trigger with no summary stage: the emergency stage
+    rewrites tool outputs (chat_shell in this process records to the same metrics)."""
+    shell = ChatShell(
+        RuntimeConfig(
+            provider=ProviderConfig(base_url=provider.base_url, api_key="k", max_retries=0),
+            model="gpt-4o",
+            **EMERGENCY_WINDOW,
+        ),
+        guard_factory=guard_without_summary,
+    )
+    provider.script(text("Two failures."))
+    events = await collect(
+        shell, make_request(9_001, "Summarize the errors.", history=over_trigger_history())
+    )
+    assert any(e.type == "context.compaction" for e in events)
+
+
+async def test_every_metric_a_grafana_panel_queries_appears_in_a_scrape(
+    metrics_server: str, scripted_provider: ScriptedProvider
+) -> None:
+    dashboard = json.loads(GRAFANA_DASHBOARD.read_text())
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"chat_shell_[a-z_]+", target["expr"])
+    }
+    assert len(queried) >= 12
+    await _scripted_turns(metrics_server, scripted_provider, "grafana")
+    await _emergency_truncation(scripted_provider)
+    samples, _ = await _scrape(metrics_server)
+    scraped = {name for name, _ in samples}
+    assert queried <= scraped, f"queried by Grafana but not exported: {sorted(queried - scraped)}"
+
+
 async def test_metrics_need_the_scraper_token_or_an_operator(metrics_server: str, sqlite_url: str) -> None:
     async with httpx.AsyncClient(base_url=metrics_server) as anonymous:
         assert (await anonymous.get("/metrics")).status_code == 401
@@ -105,24 +174,7 @@ async def test_a_scrape_after_scripted_turns_shows_their_outcomes_tokens_and_str
     metrics_server: str, scripted_provider: ScriptedProvider
 ) -> None:
     before, _ = await _scrape(metrics_server)
-    client = await new_user(metrics_server, "scripted")
-    try:
-        cid = (await client.post("/api/conversations", json={"title": "t"})).json()["id"]
-        scripted_provider.script(tool_call("generate_report", {"rows": 2, "seed": 1}), text("All good."))
-        await _send(client, cid, "A report, please.")
-        refused = await _send(client, cid, log_text(80_000))
-        assert refused["assistant_message"]["status"] == "failed"
-        # A conversation of its own: the refused message stays in the first one's history.
-        other = (await client.post("/api/conversations", json={"title": "u"})).json()["id"]
-        scripted_provider.context_window = 10
-        overflowed = await _send(client, other, "Short question.")
-        scripted_provider.context_window = None
-        assert overflowed["assistant_message"]["result"]["error"]["code"] == "context_overflow"
-        # A reader resumes the finished turn after its first event, and closes.
-        resumed = await read_stream(client, other, last_event_id=f"{overflowed['turn_id']}:1")
-        assert resumed.terminal is not None
-    finally:
-        await client.aclose()
+    await _scripted_turns(metrics_server, scripted_provider, "scripted")
     after, label_keys = await _scrape(metrics_server)
 
     def grew(name: str, **labels: str) -> float:

@@ -12,14 +12,18 @@ from typing import Any
 import pytest
 from langchain_core.tools import tool
 
-from chat_shell.contracts import ChainMessage, ToolCall, TurnFailed
-from chat_shell.guard.context_guard import UnifiedContextGuard
-from chat_shell.guard.factory import default_sources
-from chat_shell.guard.protocol import GuardContext
+from chat_shell.contracts import ChainMessage, TurnFailed
 from chat_shell.tools.registry import ToolRegistry
 from tests.chat_shell.conftest import MakeShell
 from tests.support.scripted_provider import ScriptedProvider, http_error, text, tool_call
-from tests.support.telemetry import Recorded, children, events_named
+from tests.support.telemetry import (
+    EMERGENCY_WINDOW,
+    Recorded,
+    children,
+    events_named,
+    guard_without_summary,
+    over_trigger_history,
+)
 from tests.support.texts import log_text
 from tests.support.turns import collect, make_request
 
@@ -40,14 +44,6 @@ def _turn_span(recorded: Recorded, turn_id: int) -> Any:
         if s.name == "invoke_agent chat_shell" and s.attributes.get("chat_shell.turn.id") == turn_id
     ]
     return span
-
-
-def _summary_guard(ctx: GuardContext) -> UnifiedContextGuard:
-    """The real guard with its source stages and no summary stage: what is over the trigger
-    goes to the emergency stage."""
-    return UnifiedContextGuard(
-        ctx.profile, emit=ctx.emit, tool_schemas=ctx.tool_schemas, sources=default_sources(ctx)
-    )
 
 
 async def test_a_turn_is_one_span_with_a_genai_span_per_model_call_and_a_span_per_tool_call(
@@ -174,19 +170,9 @@ async def test_an_emergency_truncation_is_a_compaction_span_with_the_source_stag
     truncations = telemetry.total("chat_shell.emergency_truncations", **labels)
     saved = telemetry.total("chat_shell.compaction.tokens_saved", **strategy, **labels)
     durations = telemetry.total("chat_shell.compaction.duration", status="completed", **strategy, **labels)
-    history: list[ChainMessage] = [ChainMessage(role="user", content="Check the worker logs, please.")]
-    for index, chars in enumerate([15_000, 26_000, 21_000, 26_500, 18_000], start=1):
-        call = ToolCall(id=f"call-{index}", name="read_logs", args={"part": index})
-        history += [
-            ChainMessage(role="assistant", tool_calls=[call]),
-            ChainMessage(
-                role="tool", tool_call_id=call.id, name="read_logs", content=log_text(chars, seed=index)
-            ),
-            ChainMessage(role="assistant", content=f"Part {index} read."),
-        ]
     scripted_provider.script(text("The logs show two failures."))
-    shell = make_shell(context_window=40_000, max_output_tokens=4_000, guard_factory=_summary_guard)
-    events = await collect(shell, make_request(107, "Summarize the errors.", history=history))
+    shell = make_shell(**EMERGENCY_WINDOW, guard_factory=guard_without_summary)
+    events = await collect(shell, make_request(107, "Summarize the errors.", history=over_trigger_history()))
 
     assert events[-1].type == "turn.completed"
     assert telemetry.total("chat_shell.compactions", status="completed", **strategy, **labels) == (

@@ -17,6 +17,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from backend import telemetry as backend_telemetry
 from backend.settings import Settings
+from chat_shell.contracts import ChainMessage, ToolCall
+from chat_shell.guard.context_guard import UnifiedContextGuard
+from chat_shell.guard.factory import default_sources
+from chat_shell.guard.protocol import GuardContext
+from tests.support.texts import log_text
 
 
 @dataclass(frozen=True)
@@ -71,3 +76,30 @@ def children(spans: Iterable[ReadableSpan], parent: ReadableSpan) -> list[Readab
 
 def events_named(span: ReadableSpan, name: str) -> list[Mapping[str, Any]]:
     return [dict(event.attributes or {}) for event in span.events if event.name == name]
+
+
+# A 40,000-token window (4,000 output): these five tool outputs, each under the per-tool
+# budget, put the request over the trigger, so a guard without a summary stage must rewrite
+# the largest ones in the emergency stage.
+EMERGENCY_WINDOW = {"context_window": 40_000, "max_output_tokens": 4_000}
+
+
+def over_trigger_history() -> list[ChainMessage]:
+    history = [ChainMessage(role="user", content="Check the worker logs, please.")]
+    for index, chars in enumerate([15_000, 26_000, 21_000, 26_500, 18_000], start=1):
+        call = ToolCall(id=f"call-{index}", name="read_logs", args={"part": index})
+        history += [
+            ChainMessage(role="assistant", tool_calls=[call]),
+            ChainMessage(
+                role="tool", tool_call_id=call.id, name="read_logs", content=log_text(chars, seed=index)
+            ),
+            ChainMessage(role="assistant", content=f"Part {index} read."),
+        ]
+    return history
+
+
+def guard_without_summary(ctx: GuardContext) -> UnifiedContextGuard:
+    """The real guard with its source stages and no summary stage."""
+    return UnifiedContextGuard(
+        ctx.profile, emit=ctx.emit, tool_schemas=ctx.tool_schemas, sources=default_sources(ctx)
+    )
