@@ -31,7 +31,18 @@ class Turn(Base):
             sqlite_where=text("status = 'running'"),
             postgresql_where=text("status = 'running'"),
         ),
-        Index("ix_turns_started_at", "started_at"),
+        # Covers the dashboard's time-window aggregates (migration 0004).
+        Index(
+            "ix_turns_dashboard",
+            "started_at",
+            "conversation_id",
+            "context_used_tokens",
+            "context_available_tokens",
+            "ttft_ms",
+            "refused",
+            "overflow_errors",
+            "status",
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -87,7 +98,19 @@ class CompactionEvent(Base):
     """One row per compaction attempt, so dashboards aggregate without reading message JSON."""
 
     __tablename__ = "compaction_events"
-    __table_args__ = (Index("ix_compaction_events_created_at", "created_at"),)
+    __table_args__ = (
+        # Covers the dashboard's time-window aggregates (migration 0004).
+        Index(
+            "ix_compaction_events_dashboard",
+            "created_at",
+            "strategy",
+            "status",
+            "tokens_saved",
+            "duration_ms",
+            "retention_score",
+            "conversation_id",
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     conversation_id: Mapped[int] = mapped_column(

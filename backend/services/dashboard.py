@@ -3,23 +3,25 @@
 Two tables carry everything: `turns` (one row per assistant message, with the final context
 snapshot's used/available tokens, time to first token, refusal and overflow figures) and
 `compaction_events` (one row per compaction attempt). Each chart is one grouped query over
-an indexed time range, bucketed in SQL; percentiles use window functions (`row_number`
-over each bucket), which both databases have. Nothing loads every conversation into Python.
+an indexed time range (covering indexes of migration 0004), bucketed in SQL; percentiles come
+from per-bucket value bins counted in the same scan (`percentiles`). Nothing loads every
+conversation or message into Python.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import Float, Integer, and_, case, cast, func, literal, select
+from sqlalchemy import Float, Integer, and_, case, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.sql import ColumnElement, Select
+from sqlalchemy.sql import ColumnElement
 
 from backend.models import CompactionEvent, Message, Turn, TurnStatus
 from backend.models.base import utcnow
+from backend.services import percentiles
 
 WindowName = Literal["1h", "6h", "24h", "7d", "30d"]
 # Window -> (length, bucket width): 60 to 120 points per chart.
@@ -75,30 +77,6 @@ def _ratio(used: Any, available: Any) -> ColumnElement[float]:
     return cast(used, Float) / func.nullif(available, 0)
 
 
-def _rank(percent: int, count: Any) -> ColumnElement[int]:
-    """The 1-based row of the `percent` percentile among `count` sorted rows (nearest rank)."""
-    return (count * percent + 99) // 100
-
-
-async def _percentiles(
-    db: AsyncSession, values: Select[Any], percents: Sequence[int] = (50, 95)
-) -> dict[int | None, dict[int, float]]:
-    """Nearest-rank percentiles per group of `values` (columns `grp`, `v`; non-null v)."""
-    ranked = values.subquery("values")
-    numbered = select(
-        ranked.c.grp,
-        ranked.c.v,
-        func.row_number().over(partition_by=ranked.c.grp, order_by=ranked.c.v).label("rn"),
-        func.count().over(partition_by=ranked.c.grp).label("n"),
-    ).subquery("numbered")
-    picks = [
-        func.max(case((numbered.c.rn == _rank(p, numbered.c.n), numbered.c.v))).label(f"p{p}")
-        for p in percents
-    ]
-    rows = await db.execute(select(numbered.c.grp, *picks).group_by(numbered.c.grp))
-    return {row[0]: {p: row[i + 1] for i, p in enumerate(percents)} for row in rows}
-
-
 EMPTY_TURN_BUCKET: dict[str, Any] = {
     "turns": 0,
     "utilization_avg": None,
@@ -120,84 +98,121 @@ EMPTY_COMPACTION_BUCKET: dict[str, Any] = {
 }
 
 
+@dataclass
+class _Sums:
+    """Running sums of one time bucket, filled from its (bucket, bin) rows."""
+
+    counts: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    peak: float | None = None
+    low: float | None = None
+    bins: list[percentiles.Bin] = field(default_factory=list)
+
+    def widen(self, peak: float | None, low: float | None) -> None:
+        if peak is not None:
+            self.peak = peak if self.peak is None else max(self.peak, peak)
+        if low is not None:
+            self.low = low if self.low is None else min(self.low, low)
+
+
+def _mean(total: float, count: float) -> float | None:
+    return total / count if count else None
+
+
 def _series(window: Window, rows: dict[int, dict[str, Any]], empty: dict[str, Any]) -> list[dict[str, Any]]:
     """One point per bucket, every key present (empty buckets hold zeros and nulls)."""
     return [{"start": start, **empty, **rows.get(i, {})} for i, start in enumerate(window.starts())]
 
 
+async def _turn_buckets(db: AsyncSession, window: Window, dialect: str) -> dict[int, _Sums]:
+    """One scan of the window's turns, grouped by time bucket and time-to-first-token bin."""
+    bucket = _bucket(Turn.started_at, window, dialect).label("bucket")
+    ttft_bin = percentiles.bin_case(Turn.ttft_ms).label("bin")
+    utilisation = _ratio(Turn.context_used_tokens, Turn.context_available_tokens)
+    rows = await db.execute(
+        select(
+            bucket,
+            ttft_bin,
+            func.count(),
+            func.sum(utilisation),
+            func.count(utilisation),
+            func.max(utilisation),
+            func.sum(case((Turn.refused, 1), else_=0)),
+            func.sum(Turn.overflow_errors),
+            func.sum(case((Turn.status == TurnStatus.FAILED, 1), else_=0)),
+            func.min(Turn.ttft_ms),
+            func.max(Turn.ttft_ms),
+        )
+        .where(Turn.started_at >= window.start)
+        .group_by(bucket, ttft_bin)
+    )
+    sums: dict[int, _Sums] = defaultdict(_Sums)
+    for index, bin_index, count, used, measured, peak, refused, overflows, failed, fastest, slowest in rows:
+        entry = sums[index]
+        for key, value in (
+            ("turns", count),
+            ("utilization", used),
+            ("measured", measured),
+            ("refusals", refused),
+            ("overflow_errors", overflows),
+            ("failed", failed),
+        ):
+            entry.counts[key] += value or 0
+        entry.widen(peak, None)
+        if bin_index is not None:
+            entry.bins.append(percentiles.Bin(bin_index, count, fastest, slowest))
+    return sums
+
+
+async def _compaction_buckets(db: AsyncSession, window: Window, dialect: str) -> dict[int, _Sums]:
+    """One scan of the window's compaction rows, grouped by time bucket and duration bin."""
+    bucket = _bucket(CompactionEvent.created_at, window, dialect).label("bucket")
+    duration_bin = percentiles.bin_case(CompactionEvent.duration_ms).label("bin")
+    retention = case((CompactionEvent.strategy == "summary_compact", CompactionEvent.retention_score))
+    rows = await db.execute(
+        select(
+            bucket,
+            duration_bin,
+            func.count(CompactionEvent.duration_ms),
+            func.sum(case((CompactionEvent.status == "completed", 1), else_=0)),
+            func.sum(case((CompactionEvent.status == "fallback", 1), else_=0)),
+            func.sum(CompactionEvent.tokens_saved),
+            func.sum(retention),
+            func.count(retention),
+            func.min(retention),
+            func.min(CompactionEvent.duration_ms),
+            func.max(CompactionEvent.duration_ms),
+        )
+        .where(CompactionEvent.created_at >= window.start)
+        .group_by(bucket, duration_bin)
+    )
+    sums: dict[int, _Sums] = defaultdict(_Sums)
+    for index, bin_index, timed, done, fallback, saved, scored, score_count, worst, fastest, slowest in rows:
+        entry = sums[index]
+        for key, value in (
+            ("completed", done),
+            ("fallback", fallback),
+            ("tokens_saved", saved),
+            ("retention", scored),
+            ("scored", score_count),
+        ):
+            entry.counts[key] += value or 0
+        entry.widen(None, worst)
+        if bin_index is not None:
+            entry.bins.append(percentiles.Bin(bin_index, timed, fastest, slowest))
+    return sums
+
+
+def _percentiles(bins: list[percentiles.Bin]) -> tuple[float | None, float | None]:
+    ordered = percentiles.merge(bins)
+    return percentiles.percentile(ordered, 50), percentiles.percentile(ordered, 95)
+
+
 async def summary(db: AsyncSession, window_name: str, now: datetime | None = None) -> dict[str, Any]:
     dialect = db.bind.dialect.name
     window = Window.ending_now(window_name, now)
-    turns_in = Turn.started_at >= window.start
-    compactions_in = CompactionEvent.created_at >= window.start
-    t_bucket = _bucket(Turn.started_at, window, dialect).label("bucket")
-    c_bucket = _bucket(CompactionEvent.created_at, window, dialect).label("bucket")
-    utilisation = _ratio(Turn.context_used_tokens, Turn.context_available_tokens)
-
-    # Turns: volume, context utilisation of the final snapshot, refusals, overflow errors, failures.
-    turn_rows = await db.execute(
-        select(
-            t_bucket,
-            func.count(),
-            func.avg(utilisation),
-            func.max(utilisation),
-            func.sum(case((Turn.refused, 1), else_=0)),
-            func.coalesce(func.sum(Turn.overflow_errors), 0),
-            func.sum(case((Turn.status == TurnStatus.FAILED, 1), else_=0)),
-        )
-        .where(turns_in)
-        .group_by(t_bucket)
-    )
-    turn_buckets: dict[int, dict[str, Any]] = {}
-    for bucket, count, avg, peak, refused, overflows, failed in turn_rows:
-        turn_buckets[bucket] = {
-            "turns": count,
-            "utilization_avg": avg,
-            "utilization_max": peak,
-            "refusals": int(refused or 0),
-            "overflow_errors": int(overflows or 0),
-            "failed": int(failed or 0),
-        }
-    ttft_values = select(t_bucket.label("grp"), Turn.ttft_ms.label("v")).where(
-        turns_in, Turn.ttft_ms.is_not(None)
-    )
-    ttft = await _percentiles(db, ttft_values)
-    ttft_all = await _percentiles(
-        db,
-        select(literal(0).label("grp"), Turn.ttft_ms.label("v")).where(turns_in, Turn.ttft_ms.is_not(None)),
-    )
-
-    # Compactions: count by status, tokens saved, duration percentiles, summary retention.
+    turn_sums = await _turn_buckets(db, window, dialect)
+    compaction_sums = await _compaction_buckets(db, window, dialect)
     completed = CompactionEvent.status == "completed"
-    retention = case((CompactionEvent.strategy == "summary_compact", CompactionEvent.retention_score))
-    compaction_rows = await db.execute(
-        select(
-            c_bucket,
-            func.sum(case((completed, 1), else_=0)),
-            func.sum(case((CompactionEvent.status == "fallback", 1), else_=0)),
-            func.coalesce(func.sum(CompactionEvent.tokens_saved), 0),
-            func.avg(retention),
-            func.min(retention),
-        )
-        .where(compactions_in)
-        .group_by(c_bucket)
-    )
-    compaction_buckets: dict[int, dict[str, Any]] = {}
-    for bucket, done, fallback, saved, retention_avg, retention_min in compaction_rows:
-        compaction_buckets[bucket] = {
-            "completed": int(done or 0),
-            "fallback": int(fallback or 0),
-            "tokens_saved": int(saved or 0),
-            "retention_avg": retention_avg,
-            "retention_min": retention_min,
-        }
-    duration_where = (compactions_in, CompactionEvent.duration_ms.is_not(None))
-    durations = await _percentiles(
-        db, select(c_bucket.label("grp"), CompactionEvent.duration_ms.label("v")).where(*duration_where)
-    )
-    durations_all = await _percentiles(
-        db, select(literal(0).label("grp"), CompactionEvent.duration_ms.label("v")).where(*duration_where)
-    )
     by_strategy = await db.execute(
         select(
             CompactionEvent.strategy,
@@ -206,17 +221,38 @@ async def summary(db: AsyncSession, window_name: str, now: datetime | None = Non
             func.coalesce(func.sum(CompactionEvent.tokens_saved), 0),
             func.avg(CompactionEvent.retention_score),
         )
-        .where(compactions_in)
+        .where(CompactionEvent.created_at >= window.start)
         .group_by(CompactionEvent.strategy)
     )
     running = await db.scalar(select(func.count()).select_from(Turn).where(Turn.status == TurnStatus.RUNNING))
 
-    for bucket, picks in ttft.items():
-        turn_buckets.setdefault(bucket, {}).update(ttft_p50_ms=picks[50], ttft_p95_ms=picks[95])
-    for bucket, picks in durations.items():
-        compaction_buckets.setdefault(bucket, {}).update(duration_p50_ms=picks[50], duration_p95_ms=picks[95])
-    turn_series = _series(window, turn_buckets, EMPTY_TURN_BUCKET)
-    compaction_series = _series(window, compaction_buckets, EMPTY_COMPACTION_BUCKET)
+    turn_points: dict[int, dict[str, Any]] = {}
+    for index, entry in turn_sums.items():
+        c = entry.counts
+        p50, p95 = _percentiles(entry.bins)
+        turn_points[index] = {
+            "turns": int(c["turns"]),
+            "utilization_avg": _mean(c["utilization"], c["measured"]),
+            "utilization_max": entry.peak,
+            "refusals": int(c["refusals"]),
+            "overflow_errors": int(c["overflow_errors"]),
+            "failed": int(c["failed"]),
+            "ttft_p50_ms": p50,
+            "ttft_p95_ms": p95,
+        }
+    compaction_points: dict[int, dict[str, Any]] = {}
+    for index, entry in compaction_sums.items():
+        c = entry.counts
+        p50, p95 = _percentiles(entry.bins)
+        compaction_points[index] = {
+            "completed": int(c["completed"]),
+            "fallback": int(c["fallback"]),
+            "tokens_saved": int(c["tokens_saved"]),
+            "retention_avg": _mean(c["retention"], c["scored"]),
+            "retention_min": entry.low,
+            "duration_p50_ms": p50,
+            "duration_p95_ms": p95,
+        }
     strategies = [
         {
             "strategy": strategy,
@@ -229,7 +265,9 @@ async def summary(db: AsyncSession, window_name: str, now: datetime | None = Non
     ]
     attempts = sum(s["count"] for s in strategies)
     succeeded = sum(s["completed"] for s in strategies)
-    measured = [b for b in turn_series if b["turns"]]
+    measured = list(turn_points.values())
+    ttft_p50, ttft_p95 = _percentiles([b for entry in turn_sums.values() for b in entry.bins])
+    duration_p50, duration_p95 = _percentiles([b for entry in compaction_sums.values() for b in entry.bins])
     return {
         "window": {
             "name": window_name,
@@ -243,22 +281,24 @@ async def summary(db: AsyncSession, window_name: str, now: datetime | None = Non
             "refusals": sum(b["refusals"] for b in measured),
             "overflow_errors": sum(b["overflow_errors"] for b in measured),
             "failed_turns": sum(b["failed"] for b in measured),
-            "utilization_max": max((b["utilization_max"] or 0 for b in measured), default=None),
+            "utilization_max": max(
+                (b["utilization_max"] for b in measured if b["utilization_max"] is not None), default=None
+            ),
             "compactions": attempts,
             "compactions_completed": succeeded,
             "compaction_success_rate": succeeded / attempts if attempts else None,
             "tokens_saved": sum(s["tokens_saved"] for s in strategies),
-            "compaction_duration_p50_ms": durations_all.get(0, {}).get(50),
-            "compaction_duration_p95_ms": durations_all.get(0, {}).get(95),
-            "ttft_p50_ms": ttft_all.get(0, {}).get(50),
-            "ttft_p95_ms": ttft_all.get(0, {}).get(95),
+            "compaction_duration_p50_ms": duration_p50,
+            "compaction_duration_p95_ms": duration_p95,
+            "ttft_p50_ms": ttft_p50,
+            "ttft_p95_ms": ttft_p95,
             "retention_avg": next(
                 (s["retention_avg"] for s in strategies if s["strategy"] == "summary_compact"), None
             ),
         },
         "compactions_by_strategy": strategies,
-        "turns": turn_series,
-        "compactions": compaction_series,
+        "turns": _series(window, turn_points, EMPTY_TURN_BUCKET),
+        "compactions": _series(window, compaction_points, EMPTY_COMPACTION_BUCKET),
         "pressure": await _pressure(db, window),
     }
 

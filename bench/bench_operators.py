@@ -1,0 +1,303 @@
+"""Operators: the dashboard's SQL aggregates at scale, and what telemetry costs a turn.
+
+    python -m bench.bench_operators [--quick]
+
+1. Dashboard queries over 100,000 stored assistant messages (each with its turn row and final
+   context snapshot, 2,000 conversations over 30 days) and 25,000 compaction rows, on SQLite
+   and on PostgreSQL: `GET /api/metrics/summary` for each window (every query it runs, all
+   rows of the 30-day window included) and one conversation's drill-down. Median of several
+   runs each; target <= 300 ms (issue 10).
+2. Telemetry enabled versus disabled: CPU time of this process per turn (ChatShell against the
+   scripted provider, which runs in its own process so only the runtime's work is measured),
+   in alternating child processes (the SDK can be installed once per process). Enabled means
+   the backend's SDK setup with spans batched to an exporter and metrics read for Prometheus.
+   Target: at most 3% more CPU per turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from sqlalchemy import insert
+
+from backend.db import create_engine, session_factory
+from backend.models import User
+from backend.models.base import utcnow
+from backend.services import dashboard
+from bench.common import row
+from tests.support import databases
+from tests.support.dashboard import StoredCompaction, StoredTurn, store_metrics
+from tests.support.servers import free_port
+
+TARGET_MS = 300.0
+CPU_TARGET = 1.03
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- 1. dashboard queries ------------------------------------------------------------------
+
+
+def _conversation(rng: random.Random, turns: int, now) -> tuple[list[StoredTurn], list[StoredCompaction]]:  # type: ignore[no-untyped-def]
+    start = now - timedelta(days=30) + timedelta(seconds=rng.uniform(0, 29 * 86400))
+    span = (now - start).total_seconds()
+    stored, compactions = [], []
+    used = rng.randint(500, 3_000)
+    for index in range(turns):
+        at = start + timedelta(seconds=span * index / turns)
+        used = min(int(used * rng.uniform(1.05, 1.4)), 9_000)
+        refused = used > 8_000 and rng.random() < 0.1
+        stored.append(
+            StoredTurn(
+                at,
+                used=used,
+                available=7_000,
+                ttft_ms=rng.lognormvariate(5.5, 0.5),
+                refused=refused,
+                overflow_errors=int(rng.random() < 0.01),
+                status="failed" if refused else "completed",
+                reason="context_refused" if refused else "normal_completion",
+            )
+        )
+        if used > 5_950:
+            ok = rng.random() < 0.93
+            compactions.append(
+                StoredCompaction(
+                    at,
+                    status="completed" if ok else "fallback",
+                    before=used,
+                    after=used // 3,
+                    duration_ms=rng.lognormvariate(7, 0.6),
+                    retention=rng.uniform(0.7, 1.0) if ok else None,
+                    failure_reason=None if ok else "timeout",
+                )
+            )
+            used = used // 3
+    return stored, compactions
+
+
+async def _seed(url: str, messages: int) -> int:
+    """Stores `messages` assistant messages (and their user messages and turns); returns the
+    id of a busy conversation for the drill-down."""
+    rng = random.Random(10)
+    now = utcnow()
+    engine = create_engine(url)
+    per_conversation = 50
+    chosen = 0
+    compaction_rows = 0
+    try:
+        async with session_factory(engine)() as db, db.begin():
+            await db.execute(insert(User), [{"username": "bench", "password_hash": "x"}])
+        conversations = messages // per_conversation
+        for _ in range(0, conversations, 50):
+            async with session_factory(engine)() as db, db.begin():
+                for _ in range(50):
+                    turns, compactions = _conversation(rng, per_conversation, now)
+                    compaction_rows += len(compactions)
+                    chosen = await store_metrics(db, "bench", turns, compactions)
+        async with engine.connect() as connection:
+            # What PostgreSQL's autovacuum does after a bulk load (visibility map, statistics).
+            if connection.dialect.name == "postgresql":
+                await connection.execution_options(isolation_level="AUTOCOMMIT")
+                await connection.exec_driver_sql("VACUUM ANALYZE")
+    finally:
+        await engine.dispose()
+    print(f"  stored {messages:,} assistant messages, {compaction_rows:,} compaction rows", flush=True)
+    return chosen
+
+
+async def _time(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+    await fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        await fn()
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
+
+
+async def _measure(url: str, label: str, conversation_id: int, repeat: int) -> list[tuple[str, float]]:
+    engine = create_engine(url)
+    results = []
+    try:
+        sessions = session_factory(engine)
+        for window in ("1h", "24h", "7d", "30d"):
+
+            async def summary(window: str = window) -> None:
+                async with sessions() as db:
+                    await dashboard.summary(db, window)
+
+            results.append((f"{label} summary {window}", await _time(summary, repeat)))
+
+        async def detail() -> None:
+            async with sessions() as db:
+                await dashboard.conversation_detail(db, conversation_id)
+
+        results.append((f"{label} conversation drill-down", await _time(detail, repeat)))
+    finally:
+        await engine.dispose()
+    return results
+
+
+def dashboard_queries(messages: int, repeat: int) -> list[tuple[str, float]]:
+    results: list[tuple[str, float]] = []
+    with tempfile.TemporaryDirectory() as directory:
+        url = databases.sqlite_copy(databases.sqlite_template(Path(directory)), Path(directory))
+        print("SQLite:", flush=True)
+        chosen = asyncio.run(_seed(url, messages))
+        results += asyncio.run(_measure(url, "SQLite", chosen, repeat))
+    if not asyncio.run(databases.postgres_available()):
+        print(f"PostgreSQL not reachable at {databases.POSTGRES_ADMIN_URL}: skipped", flush=True)
+        return results
+    url = asyncio.run(databases.create_postgres_database())
+    try:
+        databases.migrate(url)
+        print("PostgreSQL:", flush=True)
+        chosen = asyncio.run(_seed(url, messages))
+        results += asyncio.run(_measure(url, "PostgreSQL", chosen, repeat))
+    finally:
+        asyncio.run(databases.drop_postgres_database(url))
+    return results
+
+
+# -- 2. telemetry CPU overhead -------------------------------------------------------------
+
+
+async def _turns_cpu(base_url: str, turns: int, enabled: bool) -> float:
+    """CPU ms of this process per turn (median of batches), after warm-up turns."""
+    from chat_shell.providers.openai import ProviderConfig
+    from chat_shell.runtime import ChatShell, RuntimeConfig
+    from tests.support.turns import collect, make_request
+
+    if enabled:
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        from backend.settings import Settings
+        from backend.telemetry import setup_telemetry
+        from bench.telemetry_sink import DiscardingExporter
+
+        telemetry = setup_telemetry(
+            Settings(_env_file=None, telemetry_enabled=True),  # type: ignore[call-arg]
+            span_processors=[BatchSpanProcessor(DiscardingExporter())],
+        )
+        assert telemetry is not None
+    shell = ChatShell(
+        RuntimeConfig(provider=ProviderConfig(base_url=base_url, api_key="k", max_retries=0), model="gpt-4o")
+    )
+    ids = iter(range(1, 10**9))
+    for _ in range(10):
+        await collect(shell, make_request(next(ids), "How are the sales?"))
+    batches = []
+    per_batch = max(1, turns // 5)
+    for _ in range(5):
+        start = time.process_time()
+        for _ in range(per_batch):
+            await collect(shell, make_request(next(ids), "How are the sales?"))
+        batches.append((time.process_time() - start) * 1000 / per_batch)
+    if enabled:
+        from prometheus_client import generate_latest
+
+        assert b"chat_shell_turns_total" in generate_latest(telemetry.registry)
+    return statistics.median(batches)
+
+
+def telemetry_overhead(turns: int, rounds: int) -> tuple[float, float]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OTEL_TRACES_EXPORTER": "none",
+        "OTEL_METRICS_EXPORTER": "none",
+    }
+    provider = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.scripted_provider", "--port", str(port)], cwd=ROOT, env=env
+    )
+    try:
+        _wait_for(port)
+        figures: dict[str, list[float]] = {"disabled": [], "enabled": []}
+        for _ in range(rounds):
+            for mode in ("disabled", "enabled"):
+                out = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "bench.bench_operators",
+                        "--child",
+                        mode,
+                        "--turns",
+                        str(turns),
+                        "--base-url",
+                        f"http://127.0.0.1:{port}/v1",
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                figures[mode].append(json.loads(out.stdout.strip().splitlines()[-1])["cpu_ms_per_turn"])
+        return statistics.median(figures["disabled"]), statistics.median(figures["enabled"])
+    finally:
+        provider.terminate()
+        provider.wait(10)
+
+
+def _wait_for(port: int) -> None:
+    import socket
+
+    for _ in range(200):
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError("the scripted provider did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--child", choices=["disabled", "enabled"])
+    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--base-url")
+    args = parser.parse_args()
+    if args.child:
+        cpu = asyncio.run(_turns_cpu(args.base_url, args.turns, args.child == "enabled"))
+        print(json.dumps({"cpu_ms_per_turn": cpu}))
+        return
+
+    messages = 20_000 if args.quick else 100_000
+    print(f"== dashboard aggregates over {messages:,} stored assistant messages ==", flush=True)
+    results = dashboard_queries(messages, repeat=3 if args.quick else 7)
+    row("query", "median ms", "target ms", "ratio")
+    for label, ms in results:
+        row(label, f"{ms:.1f}", f"{TARGET_MS:.0f}", f"{ms / TARGET_MS:.2f}")
+    worst = max(ms for _, ms in results)
+    verdict = "within" if worst <= TARGET_MS else "OVER"
+    print(f"slowest: {worst:.1f} ms ({verdict} the {TARGET_MS:.0f} ms target)")
+
+    turns, rounds = (40, 2) if args.quick else (150, 3)
+    print(
+        f"\n== telemetry CPU per turn ({rounds} alternating rounds of {turns} turns per mode) ==", flush=True
+    )
+    disabled, enabled = telemetry_overhead(turns, rounds)
+    ratio = enabled / disabled
+    row("telemetry disabled", f"{disabled:.2f} ms")
+    row("telemetry enabled", f"{enabled:.2f} ms")
+    row("enabled / disabled", f"{ratio:.3f}", f"target <= {CPU_TARGET:.2f}")
+    print(
+        f"overhead: {(ratio - 1) * 100:+.1f}% ({'within' if ratio <= CPU_TARGET else 'OVER'} the 3% target)"
+    )
+
+
+if __name__ == "__main__":
+    main()
