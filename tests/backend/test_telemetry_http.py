@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from backend.app import create_app
 from backend.logs import log_handler
+from backend.runtime_factory import create_service_app
 from backend.settings import Settings
 from chat_shell.providers.openai import ProviderConfig
 from chat_shell.runtime import ChatShell, RuntimeConfig
@@ -253,3 +254,27 @@ def test_text_log_lines_carry_the_trace_id(telemetry: Recorded) -> None:
     line = buffer.getvalue()
     assert f"trace_id={format(span.get_span_context().trace_id, '032x')}" in line
     assert line.rstrip().endswith("[Persistence] turn=1")
+
+
+async def test_the_chat_shell_service_serves_its_metrics_to_the_scraper_token(
+    telemetry: Recorded,
+    make_settings: Callable[..., Settings],
+    sqlite_url: str,
+    scripted_provider: ScriptedProvider,
+) -> None:
+    settings = make_settings(
+        sqlite_url,
+        openai_base_url=scripted_provider.base_url,
+        runtime_mode="service",
+        service_token="service-secret",
+        telemetry_enabled=True,
+        metrics_token=SCRAPE_TOKEN,
+    )
+    async with (
+        serve(create_service_app(settings)) as base_url,
+        httpx.AsyncClient(base_url=base_url) as client,
+    ):
+        assert (await client.get("/metrics")).status_code == 401
+        for token in (SCRAPE_TOKEN, "service-secret"):
+            response = await client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
+            assert response.status_code == 200 and "target_info" in response.text

@@ -90,7 +90,12 @@ async def operators_page(request: Request, db: Db) -> Response:
     if user is None:
         return _to_login(request)
     if not user.is_operator:
-        return _page(request, "not_found.html", {"user": user}, status=404)
+        context = {
+            "user": user,
+            "heading": "Page not found",
+            "detail": "There is nothing here for this account.",
+        }
+        return _page(request, "not_found.html", context, status=404)
     boot = {"user": {"id": user.id, "username": user.username, "is_operator": True}}
     return _page(request, "dashboard.html", {"boot": boot, "user": user})
 
