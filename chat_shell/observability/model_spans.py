@@ -75,7 +75,7 @@ class CallTracer(BaseCallbackHandler):
         invocation_params: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        params = invocation_params or kwargs.get("invocation_params") or {}
+        params = invocation_params or {}
         meta = metadata or {}
         model = params.get("model") or params.get("model_name") or meta.get("ls_model_name") or "unknown"
         purpose = call_purpose(meta)
