@@ -56,6 +56,12 @@ class CallTracer(BaseCallbackHandler):
 
     # Called in the model's own task, no executor hop: the work here is a few attribute sets.
     run_inline = True
+    # Only model and tool runs matter (tool events come under `ignore_agent`): skip the
+    # dispatch of every graph node's chain events.
+    ignore_chain = True
+    ignore_retriever = True
+    ignore_retry = True
+    ignore_custom_event = True
 
     def __init__(self, parent: Context, *, profile_label: str, available_input: int) -> None:
         self._parent = parent
