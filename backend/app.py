@@ -53,7 +53,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(settings.resolved_database_url)
+        engine = create_engine(
+            settings.resolved_database_url, sqlite_busy_timeout=settings.sqlite_busy_timeout_seconds
+        )
         async with AsyncExitStack() as stack:
             stack.push_async_callback(engine.dispose)
             if app.state.telemetry is not None:

@@ -20,6 +20,8 @@ class Settings(BaseSettings):
     # Storage
     data_dir: Path = Path("data")
     database_url: str | None = None
+    # SQLite only: how long a write waits for the database's single write lock.
+    sqlite_busy_timeout_seconds: float = Field(default=30.0, gt=0)
     redis_url: str | None = None
 
     # Model provider. With an API key or base URL set, that provider is used instead of the local model.
