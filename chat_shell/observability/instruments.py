@@ -8,6 +8,8 @@ label ever carries a user, conversation or turn id.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from opentelemetry import metrics
 
 from chat_shell.providers.profiles import builtin_profiles
@@ -60,6 +62,7 @@ time_to_first_token = _meter.create_histogram(
 )
 
 
+@lru_cache(maxsize=1024)
 def profile_label(model: str, default_model: str | None = None) -> str:
     """A bounded label for a model name: the configured default, a built-in family, or `other`."""
     if model == default_model:

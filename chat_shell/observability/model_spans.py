@@ -88,7 +88,6 @@ class CallTracer(BaseCallbackHandler):
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": "openai",
-            "gen_ai.system": "openai",
             "gen_ai.request.model": model,
             "chat_shell.call.purpose": purpose,
             "chat_shell.request.messages": sum(len(batch) for batch in messages),
@@ -110,22 +109,24 @@ class CallTracer(BaseCallbackHandler):
         span, purpose = entry
         input_tokens, output_tokens, response_model, response_id, finish = _usage(response)
         labels = {"model_profile": self._label, "purpose": purpose}
+        attributes: dict[str, Any] = {}
         if isinstance(input_tokens, int):
-            span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+            attributes["gen_ai.usage.input_tokens"] = input_tokens
             instruments.input_tokens.add(input_tokens, labels)
             if purpose == "answer":
                 instruments.context_utilization.record(
                     input_tokens / self._available, {"model_profile": self._label}
                 )
         if isinstance(output_tokens, int):
-            span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+            attributes["gen_ai.usage.output_tokens"] = output_tokens
             instruments.output_tokens.add(output_tokens, labels)
         if response_model:
-            span.set_attribute("gen_ai.response.model", response_model)
+            attributes["gen_ai.response.model"] = response_model
         if response_id:
-            span.set_attribute("gen_ai.response.id", response_id)
+            attributes["gen_ai.response.id"] = response_id
         if finish:
-            span.set_attribute("gen_ai.response.finish_reasons", [finish])
+            attributes["gen_ai.response.finish_reasons"] = [finish]
+        span.set_attributes(attributes)
         instruments.model_calls.add(1, {**labels, "outcome": "ok"})
         span.end()
 
