@@ -116,17 +116,22 @@ async def _seed(url: str, messages: int) -> int:
     return chosen
 
 
-async def _time(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+async def _time(fn, repeat: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """Median wall ms and median CPU ms of this process (SQLite works in-process; for
+    PostgreSQL the CPU is the client's share only)."""
     await fn()
-    samples = []
+    wall, cpu = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         await fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples)
+        wall.append((time.perf_counter() - start) * 1000)
+        cpu.append((time.process_time() - start_cpu) * 1000)
+    return statistics.median(wall), statistics.median(cpu)
 
 
-async def _measure(url: str, label: str, conversation_id: int, repeat: int) -> list[tuple[str, float]]:
+async def _measure(
+    url: str, label: str, conversation_id: int, repeat: int
+) -> list[tuple[str, tuple[float, float]]]:
     engine = create_engine(url)
     results = []
     try:
@@ -149,8 +154,8 @@ async def _measure(url: str, label: str, conversation_id: int, repeat: int) -> l
     return results
 
 
-def dashboard_queries(messages: int, repeat: int) -> list[tuple[str, float]]:
-    results: list[tuple[str, float]] = []
+def dashboard_queries(messages: int, repeat: int) -> list[tuple[str, tuple[float, float]]]:
+    results: list[tuple[str, tuple[float, float]]] = []
     with tempfile.TemporaryDirectory() as directory:
         url = databases.sqlite_copy(databases.sqlite_template(Path(directory)), Path(directory))
         print("SQLite:", flush=True)
@@ -221,6 +226,7 @@ async def _telemetry_work_us(shell, terminal) -> float:  # type: ignore[no-untyp
     from langchain_core.messages import AIMessage, HumanMessage
     from langchain_core.outputs import ChatGeneration, LLMResult
 
+    from chat_shell.observability.model_spans import MODEL_CALLS
     from chat_shell.observability.turn_telemetry import TurnTelemetry
     from tests.support.turns import make_request
 
@@ -234,22 +240,21 @@ async def _telemetry_work_us(shell, terminal) -> float:  # type: ignore[no-untyp
     response = LLMResult(generations=[[ChatGeneration(message=reply)]])
     messages = [[HumanMessage("How are the sales?")]]
 
-    async def nothing() -> None:
-        return None
-
     loops = 2_000
     start = time.process_time()
     for _ in range(loops):
         telemetry = TurnTelemetry(request, profile, default_model="gpt-4o")
-        (tracer,) = telemetry.callbacks
-        run_id = uuid4()
-        tracer.on_chat_model_start(
-            {}, messages, run_id=run_id, metadata={"langgraph_node": "agent"},
-            invocation_params={"model": "gpt-4o", "max_tokens": 16_384},
-        )  # fmt: skip
-        tracer.on_llm_end(response, run_id=run_id)
-        telemetry.observe(terminal)
-        await telemetry.run(nothing())
+
+        async def one_call(telemetry: TurnTelemetry = telemetry) -> None:
+            run_id = uuid4()
+            MODEL_CALLS.on_chat_model_start(
+                {}, messages, run_id=run_id, metadata={"langgraph_node": "agent"},
+                invocation_params={"model": "gpt-4o", "max_tokens": 16_384},
+            )  # fmt: skip
+            MODEL_CALLS.on_llm_end(response, run_id=run_id)
+            telemetry.observe(terminal)
+
+        await telemetry.run(one_call())
     return (time.process_time() - start) * 1_000_000 / loops
 
 
@@ -333,10 +338,11 @@ def main() -> None:
     messages = 20_000 if args.quick else 100_000
     print(f"== dashboard aggregates over {messages:,} stored assistant messages ==", flush=True)
     results = dashboard_queries(messages, repeat=3 if args.quick else 7)
-    row("query", "median ms", "target ms", "ratio")
-    for label, ms in results:
-        row(label, f"{ms:.1f}", f"{TARGET_MS:.0f}", f"{ms / TARGET_MS:.2f}")
-    worst = max(ms for _, ms in results)
+    print(f"(load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    row("query", "median ms", "CPU ms", "target ms", "ratio")
+    for label, (ms, cpu) in results:
+        row(label, f"{ms:.1f}", f"{cpu:.1f}", f"{TARGET_MS:.0f}", f"{ms / TARGET_MS:.2f}")
+    worst = max(ms for _, (ms, _) in results)
     verdict = "within" if worst <= TARGET_MS else "OVER"
     print(f"slowest: {worst:.1f} ms ({verdict} the {TARGET_MS:.0f} ms target)")
 

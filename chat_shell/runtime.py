@@ -120,7 +120,6 @@ class ChatShell:
             truncation_retries=self.config.truncation_retries,
             system_prompt=request.system_prompt or self.config.system_prompt,
             services=self._host.services(request),
-            callbacks=tuple(telemetry.callbacks),
         )
         queue: asyncio.Queue[TurnEvent | None] = asyncio.Queue()
         execution = TurnExecution(

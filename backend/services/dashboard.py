@@ -306,16 +306,19 @@ async def summary(db: AsyncSession, window_name: str, now: datetime | None = Non
 async def _pressure(db: AsyncSession, window: Window) -> list[dict[str, Any]]:
     """The conversations whose latest snapshot in the window is closest to (or over) the limit."""
     measured = and_(Turn.started_at >= window.start, Turn.context_used_tokens.is_not(None))
+    # Grouped by an expression, so SQLite reads the window's range of the covering index
+    # instead of walking the whole conversation_id index to skip a sort.
+    conversation = (Turn.conversation_id + 0).label("conversation_id")
     latest = (
         select(
-            Turn.conversation_id.label("conversation_id"),
+            conversation,
             func.max(Turn.id).label("last_id"),
             func.count().label("turns"),
             func.sum(case((Turn.refused, 1), else_=0)).label("refusals"),
             func.coalesce(func.sum(Turn.overflow_errors), 0).label("overflow_errors"),
         )
         .where(measured)
-        .group_by(Turn.conversation_id)
+        .group_by(conversation)
         .subquery("latest")
     )
     utilisation = _ratio(Turn.context_used_tokens, Turn.context_available_tokens)

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_stream_writer
@@ -78,8 +77,6 @@ class TurnSetup:
     system_prompt: str | None
     # What the host serves this turn (history, attachments, the user-visible record).
     services: TurnServices
-    # LangChain callbacks of every attempt's run (the turn's telemetry).
-    callbacks: tuple[BaseCallbackHandler, ...] = ()
 
 
 class _HistoryUnavailable(Exception):
@@ -190,7 +187,6 @@ class TurnExecution:
         config: dict[str, Any] = {
             "configurable": {"thread_id": thread_id},
             "recursion_limit": recursion_limit(setup.tool_call_limit),
-            "callbacks": list(setup.callbacks),
         }
         context = AttemptRuntime(
             hook=chain_pre_model_hooks(guard, AttemptGuidance(plan.guidance)),

@@ -1,15 +1,19 @@
-"""Spans and metrics per model call and per tool call, from LangChain callbacks.
+"""Spans and metrics per model call, from the chat model's own LangChain callbacks.
 
-One `CallTracer` per turn rides in the run config of every attempt, so it sees each chat-model
-run (the answering model, and a summarizer called inside the pre-model hook) and each tool run
-without touching the agent code. Spans follow the OpenTelemetry GenAI conventions
+`MODEL_CALLS` is attached to every chat model the runtime creates (`create_chat_model`), as
+a local callback of the model: it sees each model run (the answering model, and a summarizer
+called inside the pre-model hook) and none of the graph's other runs. The turn a call belongs
+to comes from a context variable the turn sets for its run (`TurnTelemetry.run`); calls made
+outside a turn are not traced. Spans follow the OpenTelemetry GenAI conventions
 (`gen_ai.request.model`, `gen_ai.usage.input_tokens`, ...). Nothing here records message
-content or tool arguments: only sizes, names and outcomes.
+content: only sizes, names and outcomes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -25,6 +29,18 @@ from chat_shell.providers.errors import classify_provider_error
 from chat_shell.telemetry import tracer
 
 _PURPOSES = {ANSWERING_NODE: "answer", "pre_model_hook": "summary"}
+
+
+@dataclass(frozen=True)
+class TurnScope:
+    """What a model call needs from the turn it belongs to."""
+
+    parent: Context
+    profile_label: str
+    available_input: int
+
+
+current_turn: ContextVar[TurnScope | None] = ContextVar("chat_shell_turn_scope", default=None)
 
 
 def call_purpose(metadata: Mapping[str, Any] | None) -> str:
@@ -51,25 +67,21 @@ def _usage(response: LLMResult) -> tuple[int | None, int | None, str | None, str
     return None, None, None, None, None
 
 
-class CallTracer(BaseCallbackHandler):
-    """Per turn: a `chat {model}` span per model call and an `execute_tool {name}` span per tool."""
+@dataclass
+class _Call:
+    span: Span
+    scope: TurnScope
+    purpose: str
+
+
+class ModelCallTracer(BaseCallbackHandler):
+    """A `chat {model}` span and the call metrics for each model run inside a turn."""
 
     # Called in the model's own task, no executor hop: the work here is a few attribute sets.
     run_inline = True
-    # Only model and tool runs matter (tool events come under `ignore_agent`): skip the
-    # dispatch of every graph node's chain events.
-    ignore_chain = True
-    ignore_retriever = True
-    ignore_retry = True
-    ignore_custom_event = True
 
-    def __init__(self, parent: Context, *, profile_label: str, available_input: int) -> None:
-        self._parent = parent
-        self._label = profile_label
-        self._available = max(1, available_input)
-        self._spans: dict[UUID, tuple[Span, str]] = {}
-
-    # -- model calls -----------------------------------------------------------------------
+    def __init__(self) -> None:
+        self._calls: dict[UUID, _Call] = {}
 
     def on_chat_model_start(
         self,
@@ -81,6 +93,9 @@ class CallTracer(BaseCallbackHandler):
         invocation_params: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        scope = current_turn.get()
+        if scope is None:
+            return
         params = invocation_params or {}
         meta = metadata or {}
         model = params.get("model") or params.get("model_name") or meta.get("ls_model_name") or "unknown"
@@ -95,28 +110,25 @@ class CallTracer(BaseCallbackHandler):
         max_tokens = params.get("max_tokens") or params.get("max_completion_tokens")
         if isinstance(max_tokens, int):
             attributes["gen_ai.request.max_tokens"] = max_tokens
-        if isinstance(params.get("temperature"), int | float):
-            attributes["gen_ai.request.temperature"] = params["temperature"]
         span = tracer.start_span(
-            f"chat {model}", context=self._parent, kind=SpanKind.CLIENT, attributes=attributes
+            f"chat {model}", context=scope.parent, kind=SpanKind.CLIENT, attributes=attributes
         )
-        self._spans[run_id] = (span, purpose)
+        self._calls[run_id] = _Call(span, scope, purpose)
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
-        entry = self._spans.pop(run_id, None)
-        if entry is None:
+        call = self._calls.pop(run_id, None)
+        if call is None:
             return
-        span, purpose = entry
         input_tokens, output_tokens, response_model, response_id, finish = _usage(response)
-        labels = {"model_profile": self._label, "purpose": purpose}
+        label = call.scope.profile_label
+        labels = {"model_profile": label, "purpose": call.purpose}
         attributes: dict[str, Any] = {}
         if isinstance(input_tokens, int):
             attributes["gen_ai.usage.input_tokens"] = input_tokens
             instruments.input_tokens.add(input_tokens, labels)
-            if purpose == "answer":
-                instruments.context_utilization.record(
-                    input_tokens / self._available, {"model_profile": self._label}
-                )
+            if call.purpose == "answer":
+                utilization = input_tokens / max(1, call.scope.available_input)
+                instruments.context_utilization.record(utilization, {"model_profile": label})
         if isinstance(output_tokens, int):
             attributes["gen_ai.usage.output_tokens"] = output_tokens
             instruments.output_tokens.add(output_tokens, labels)
@@ -126,61 +138,31 @@ class CallTracer(BaseCallbackHandler):
             attributes["gen_ai.response.id"] = response_id
         if finish:
             attributes["gen_ai.response.finish_reasons"] = [finish]
-        span.set_attributes(attributes)
+        call.span.set_attributes(attributes)
         instruments.model_calls.add(1, {**labels, "outcome": "ok"})
-        span.end()
+        call.span.end()
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        entry = self._spans.pop(run_id, None)
-        if entry is None:
+        call = self._calls.pop(run_id, None)
+        if call is None:
             return
-        span, purpose = entry
         failure = classify_provider_error(error)
-        _fail(span, error, failure.code if failure is not None else None)
-        outcome = "cancelled" if _is_cancellation(error) else "error"
-        instruments.model_calls.add(1, {"model_profile": self._label, "purpose": purpose, "outcome": outcome})
-        span.end()
+        # A stable code or the class name, never the message: provider messages can quote the request.
+        kind = failure.code if failure is not None else type(error).__name__
+        call.span.set_attribute("error.type", kind)
+        call.span.set_status(Status(StatusCode.ERROR, kind))
+        outcome = "cancelled" if type(error).__name__ in {"CancelledError", "GeneratorExit"} else "error"
+        labels = {"model_profile": call.scope.profile_label, "purpose": call.purpose, "outcome": outcome}
+        instruments.model_calls.add(1, labels)
+        call.span.end()
 
-    # -- tool calls ------------------------------------------------------------------------
-
-    def on_tool_start(
-        self, serialized: dict[str, Any], input_str: str, *, run_id: UUID, **kwargs: Any
-    ) -> None:
-        name = (serialized or {}).get("name") or kwargs.get("name") or "tool"
-        attributes: dict[str, Any] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
-        call_id = kwargs.get("tool_call_id")
-        if isinstance(call_id, str):
-            attributes["gen_ai.tool.call.id"] = call_id
-        span = tracer.start_span(f"execute_tool {name}", context=self._parent, attributes=attributes)
-        self._spans[run_id] = (span, "tool")
-
-    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        entry = self._spans.pop(run_id, None)
-        if entry is not None:
-            if getattr(output, "status", None) == "error":
-                entry[0].set_status(Status(StatusCode.ERROR, "the tool reported an error"))
-            entry[0].end()
-
-    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        entry = self._spans.pop(run_id, None)
-        if entry is not None:
-            _fail(entry[0], error)
-            entry[0].end()
-
-    def close(self) -> None:
-        """Ends spans whose runs never reported back (a cancelled attempt)."""
-        for span, _ in self._spans.values():
-            span.set_attribute("error.type", "cancelled")
-            span.end()
-        self._spans.clear()
+    def abandon(self, scope: TurnScope) -> None:
+        """Ends the spans of a turn's calls that never reported back (a cancelled attempt)."""
+        for run_id, call in list(self._calls.items()):
+            if call.scope is scope:
+                del self._calls[run_id]
+                call.span.set_attribute("error.type", "cancelled")
+                call.span.end()
 
 
-def _is_cancellation(error: BaseException) -> bool:
-    return type(error).__name__ in {"CancelledError", "GeneratorExit"}
-
-
-def _fail(span: Span, error: BaseException, code: str | None = None) -> None:
-    # A stable code or the class name, never the message: provider messages can quote the request.
-    kind = code or type(error).__name__
-    span.set_attribute("error.type", kind)
-    span.set_status(Status(StatusCode.ERROR, kind))
+MODEL_CALLS = ModelCallTracer()

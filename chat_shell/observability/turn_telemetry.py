@@ -1,9 +1,10 @@
 """One turn's telemetry: its span, the metrics its events imply, and the metrics log line.
 
 The runtime hands every event of the turn through `watch` on its way to the caller, so the
-turn's outcome, compactions, refusal, overflow errors and time to first token are measured
-from the same events the user sees. The turn span is made current for the whole run, so the
-guard's `context_protection.*` events and the per-call spans (`CallTracer`) nest under it.
+turn's outcome, compactions, tool calls, refusal, overflow errors and time to first token are
+measured from the same events the user sees. The turn span is made current for the whole run
+(and the turn's scope set for `MODEL_CALLS`), so the guard's `context_protection.*` events and
+the per-call spans nest under it.
 """
 
 from __future__ import annotations
@@ -13,15 +14,21 @@ from collections.abc import Awaitable, Callable
 from time import time_ns
 from typing import Any
 
-from langchain_core.callbacks import BaseCallbackHandler
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import Span, Status, StatusCode
 
 from chat_shell.compression.budget import budget_for
-from chat_shell.contracts import CompactionRecord, TurnEvent, TurnRequest, TurnResult
+from chat_shell.contracts import (
+    CompactionRecord,
+    ToolCompleted,
+    ToolStarted,
+    TurnEvent,
+    TurnRequest,
+    TurnResult,
+)
 from chat_shell.observability import instruments
-from chat_shell.observability.model_spans import CallTracer
+from chat_shell.observability.model_spans import MODEL_CALLS, TurnScope, current_turn
 from chat_shell.providers.profiles import ModelProfile
 from chat_shell.telemetry import record_protection, sdk_installed, tracer
 
@@ -48,21 +55,13 @@ class TurnTelemetry:
             },
         )
         self.context = trace.set_span_in_context(self.span)
-        self._tracer = (
-            CallTracer(
-                self.context,
-                profile_label=self.label,
-                available_input=budget_for(profile).available_input,
-            )
+        self._scope = (
+            TurnScope(self.context, self.label, budget_for(profile).available_input)
             if sdk_installed()
             else None
         )
+        self._tools: dict[str, Span] = {}
         self._compactions = 0
-
-    @property
-    def callbacks(self) -> list[BaseCallbackHandler]:
-        """LangChain callbacks for the attempts' run config (none while telemetry is off)."""
-        return [self._tracer] if self._tracer is not None else []
 
     def watch(self, emit: Callable[[TurnEvent], None]) -> Callable[[TurnEvent], None]:
         def observed(event: TurnEvent) -> None:
@@ -74,19 +73,51 @@ class TurnTelemetry:
     async def run(self, work: Awaitable[None]) -> None:
         """Runs the turn with its span current; the span ends with it, whatever way it ends."""
         token = otel_context.attach(self.context)
+        scope_token = current_turn.set(self._scope)
         try:
             await work
         finally:
+            current_turn.reset(scope_token)
             otel_context.detach(token)
-            if self._tracer is not None:
-                self._tracer.close()
+            if self._scope is not None:
+                MODEL_CALLS.abandon(self._scope)
+            for span in self._tools.values():
+                span.set_attribute("error.type", "cancelled")
+                span.end()
             self.span.end()
 
     def observe(self, event: TurnEvent) -> None:
-        if event.type == "context.compaction":
-            self._compaction(event.record)
-        elif event.type in ("turn.completed", "turn.failed", "turn.cancelled"):
-            self._finish(event.result, getattr(event, "code", None), event.type)
+        match event.type:
+            case "tool.started" if self._scope is not None:
+                self._tool_started(event)
+            case "tool.completed" if self._scope is not None:
+                self._tool_completed(event)
+            case "context.compaction":
+                self._compaction(event.record)
+            case "turn.completed" | "turn.failed" | "turn.cancelled":
+                self._finish(event.result, getattr(event, "code", None), event.type)
+
+    # -- tool calls ------------------------------------------------------------------------
+
+    def _tool_started(self, event: ToolStarted) -> None:
+        # Arguments are never recorded: they can carry what the user wrote.
+        self._tools[event.call_id] = tracer.start_span(
+            f"execute_tool {event.name}",
+            context=self.context,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": event.name,
+                "gen_ai.tool.call.id": event.call_id,
+            },
+        )
+
+    def _tool_completed(self, event: ToolCompleted) -> None:
+        span = self._tools.pop(event.call_id, None)
+        if span is None:
+            return
+        if event.is_error:
+            span.set_status(Status(StatusCode.ERROR, "the tool reported an error"))
+        span.end()
 
     # -- compactions -----------------------------------------------------------------------
 

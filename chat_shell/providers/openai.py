@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from langchain_openai import ChatOpenAI
 
+from chat_shell.observability.model_spans import MODEL_CALLS
 from chat_shell.providers.profiles import ModelProfile
+from chat_shell.telemetry import sdk_installed
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,8 @@ def create_chat_model(profile: ModelProfile, config: ProviderConfig) -> ChatOpen
     """A `ChatOpenAI` for `profile` against `config`'s endpoint.
 
     `stream_usage=True` always: with a custom `base_url` langchain-openai leaves it off, so no
-    `stream_options` are sent and streamed responses carry no usage at all.
+    `stream_options` are sent and streamed responses carry no usage at all. With telemetry on,
+    the model reports its calls to `MODEL_CALLS` (spans and metrics per model call).
     """
     return ChatOpenAI(
         model=profile.name,
@@ -33,4 +36,5 @@ def create_chat_model(profile: ModelProfile, config: ProviderConfig) -> ChatOpen
         max_retries=config.max_retries,
         max_tokens=profile.max_output_tokens,
         stream_usage=True,
+        callbacks=[MODEL_CALLS] if sdk_installed() else None,
     )
