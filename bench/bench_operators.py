@@ -139,8 +139,7 @@ async def _measure(
         for window in ("1h", "24h", "7d", "30d"):
 
             async def summary(window: str = window) -> None:
-                async with sessions() as db:
-                    await dashboard.summary(db, window)
+                await dashboard.summary(sessions, window)
 
             results.append((f"{label} summary {window}", await _time(summary, repeat)))
 

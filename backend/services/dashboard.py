@@ -10,13 +10,15 @@ conversation or message into Python.
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Float, Integer, and_, case, cast, func, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql import ColumnElement
 
 from backend.models import CompactionEvent, Message, Turn, TurnStatus
@@ -33,6 +35,7 @@ WINDOWS: dict[str, tuple[timedelta, timedelta]] = {
     "30d": (timedelta(days=30), timedelta(hours=6)),
 }
 PRESSURE_ROWS = 20
+T = TypeVar("T")
 DRILL_DOWN_TURNS = 200
 DRILL_DOWN_COMPACTIONS = 100
 
@@ -123,9 +126,9 @@ def _series(window: Window, rows: dict[int, dict[str, Any]], empty: dict[str, An
     return [{"start": start, **empty, **rows.get(i, {})} for i, start in enumerate(window.starts())]
 
 
-async def _turn_buckets(db: AsyncSession, window: Window, dialect: str) -> dict[int, _Sums]:
+async def _turn_buckets(db: AsyncSession, window: Window) -> dict[int, _Sums]:
     """One scan of the window's turns, grouped by time bucket and time-to-first-token bin."""
-    bucket = _bucket(Turn.started_at, window, dialect).label("bucket")
+    bucket = _bucket(Turn.started_at, window, db.bind.dialect.name).label("bucket")
     ttft_bin = percentiles.bin_case(Turn.ttft_ms).label("bin")
     utilisation = _ratio(Turn.context_used_tokens, Turn.context_available_tokens)
     rows = await db.execute(
@@ -163,9 +166,9 @@ async def _turn_buckets(db: AsyncSession, window: Window, dialect: str) -> dict[
     return sums
 
 
-async def _compaction_buckets(db: AsyncSession, window: Window, dialect: str) -> dict[int, _Sums]:
+async def _compaction_buckets(db: AsyncSession, window: Window) -> dict[int, _Sums]:
     """One scan of the window's compaction rows, grouped by time bucket and duration bin."""
-    bucket = _bucket(CompactionEvent.created_at, window, dialect).label("bucket")
+    bucket = _bucket(CompactionEvent.created_at, window, db.bind.dialect.name).label("bucket")
     duration_bin = percentiles.bin_case(CompactionEvent.duration_ms).label("bin")
     retention = case((CompactionEvent.strategy == "summary_compact", CompactionEvent.retention_score))
     rows = await db.execute(
@@ -207,11 +210,8 @@ def _percentiles(bins: list[percentiles.Bin]) -> tuple[float | None, float | Non
     return percentiles.percentile(ordered, 50), percentiles.percentile(ordered, 95)
 
 
-async def summary(db: AsyncSession, window_name: str, now: datetime | None = None) -> dict[str, Any]:
-    dialect = db.bind.dialect.name
-    window = Window.ending_now(window_name, now)
-    turn_sums = await _turn_buckets(db, window, dialect)
-    compaction_sums = await _compaction_buckets(db, window, dialect)
+async def _strategies(db: AsyncSession, window: Window) -> tuple[list[Any], int]:
+    """Compaction totals per strategy over the window, and the turns running right now."""
     completed = CompactionEvent.status == "completed"
     by_strategy = await db.execute(
         select(
@@ -225,7 +225,26 @@ async def summary(db: AsyncSession, window_name: str, now: datetime | None = Non
         .group_by(CompactionEvent.strategy)
     )
     running = await db.scalar(select(func.count()).select_from(Turn).where(Turn.status == TurnStatus.RUNNING))
+    return list(by_strategy), int(running or 0)
 
+
+async def summary(
+    sessions: async_sessionmaker[AsyncSession], window_name: str, now: datetime | None = None
+) -> dict[str, Any]:
+    """The dashboard over a window. Its independent queries run at once, each on its own
+    connection: the database works on them in parallel (SQLite releases the GIL)."""
+    window = Window.ending_now(window_name, now)
+
+    async def on_own_session(query: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        async with sessions() as db:
+            return await query(db)
+
+    turn_sums, compaction_sums, (by_strategy, running), pressure = await asyncio.gather(
+        on_own_session(lambda db: _turn_buckets(db, window)),
+        on_own_session(lambda db: _compaction_buckets(db, window)),
+        on_own_session(lambda db: _strategies(db, window)),
+        on_own_session(lambda db: _pressure(db, window)),
+    )
     turn_points: dict[int, dict[str, Any]] = {}
     for index, entry in turn_sums.items():
         c = entry.counts
@@ -299,7 +318,7 @@ async def summary(db: AsyncSession, window_name: str, now: datetime | None = Non
         "compactions_by_strategy": strategies,
         "turns": _series(window, turn_points, EMPTY_TURN_BUCKET),
         "compactions": _series(window, compaction_points, EMPTY_COMPACTION_BUCKET),
-        "pressure": await _pressure(db, window),
+        "pressure": pressure,
     }
 
 

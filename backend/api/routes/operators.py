@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 
-from backend.api.deps import CurrentOperator, Db
+from backend.api.deps import Ctx, CurrentOperator, Db
 from backend.api.errors import not_found
 from backend.services import dashboard
 from backend.services.dashboard import WindowName
@@ -21,10 +21,10 @@ router = APIRouter(prefix="/api/metrics", tags=["operators"])
 
 @router.get("/summary")
 async def metrics_summary(
-    _: CurrentOperator, db: Db, window: Annotated[WindowName, Query()] = "24h"
+    _: CurrentOperator, ctx: Ctx, window: Annotated[WindowName, Query()] = "24h"
 ) -> dict[str, Any]:
     """Charts over the window (bucketed series), totals, and the conversations under most pressure."""
-    return await dashboard.summary(db, window)
+    return await dashboard.summary(ctx.sessions, window)
 
 
 @router.get("/conversations/{conversation_id}")
