@@ -179,17 +179,18 @@ def dashboard_queries(messages: int, repeat: int) -> list[tuple[str, tuple[float
 
 async def _turns_cpu(base_url: str, turns: int, enabled: bool) -> dict[str, float]:
     """CPU ms of this process per turn (median of batches), after warm-up turns."""
+    # Both modes import the same modules (the backend always does): only the installation
+    # differs, so a bigger heap of imported modules is not counted as telemetry's cost.
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from backend.settings import Settings
+    from backend.telemetry import setup_telemetry
+    from bench.telemetry_sink import DiscardingExporter
     from chat_shell.providers.openai import ProviderConfig
     from chat_shell.runtime import ChatShell, RuntimeConfig
     from tests.support.turns import collect, make_request
 
     if enabled:
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        from backend.settings import Settings
-        from backend.telemetry import setup_telemetry
-        from bench.telemetry_sink import DiscardingExporter
-
         telemetry = setup_telemetry(
             Settings(_env_file=None, telemetry_enabled=True),  # type: ignore[call-arg]
             span_processors=[BatchSpanProcessor(DiscardingExporter())],

@@ -30,7 +30,7 @@ from chat_shell.contracts import (
 from chat_shell.observability import instruments
 from chat_shell.observability.model_spans import MODEL_CALLS, TurnScope, current_turn
 from chat_shell.providers.profiles import ModelProfile
-from chat_shell.telemetry import record_protection, sdk_installed, tracer
+from chat_shell.telemetry import sdk_installed, tracer
 
 logger = logging.getLogger("chat_shell.metrics")
 
@@ -139,7 +139,8 @@ class TurnTelemetry:
         self._compaction_span(record, saved)
 
     def _compaction_span(self, record: CompactionRecord, saved: int | None) -> None:
-        """A span over the compaction's measured duration (it ended when its event arrived)."""
+        """A span over the compaction's measured duration (it ended when its event arrived).
+        The `context_protection.*` span events come from the stage that did the work."""
         end = time_ns()
         start = end - int((record.duration_ms or 0) * 1_000_000)
         attributes = {
@@ -160,20 +161,6 @@ class TurnTelemetry:
         )
         if record.status == "fallback":
             span.set_status(Status(StatusCode.ERROR, record.failure_reason or "fallback"))
-        if record.strategy == "summary_compact":
-            # The summary stage's span event (SPEC 5.8), with the schema of the source stages'.
-            with trace.use_span(span, end_on_exit=False):
-                record_protection(
-                    "summary_compact",
-                    record.status,
-                    duration_ms=record.duration_ms,
-                    before_tokens=record.before_tokens,
-                    after_tokens=record.after_tokens,
-                    removed_items=record.removed_items,
-                    chunks=record.chunks,
-                    retention_score=record.retention_score,
-                    failure_reason=record.failure_reason,
-                )
         span.end(end_time=end)
 
     # -- the end ---------------------------------------------------------------------------
