@@ -165,6 +165,8 @@ class BuildProgress:
                 self._percent = percent
                 self._phase = "compiling llama.cpp"
                 self._say(f"compiling llama.cpp: {done}/{total} files ({percent}%)")
+        elif "Downloading llama_cpp_python" in line:
+            self._enter("downloading the llama-cpp-python source (77 MB)")
         elif "Installing build dependencies" in line:
             self._enter("installing the build tools (scikit-build-core, cmake)")
         elif "-- The C compiler" in line or "Configuring done" in line:

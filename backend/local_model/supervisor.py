@@ -52,7 +52,10 @@ class ServerOptions:
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
+    """Whether a server could listen on `port`: uvicorn binds with SO_REUSEADDR, so connections
+    of an earlier server left in TIME_WAIT do not count, only a listener does."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -155,10 +158,11 @@ class LocalModelServer:
             f"{self.options.startup_timeout_seconds:.0f} s; log {self._log_path()}:\n{self._log_tail()}"
         )
 
-    async def _launch(self) -> None:
-        """Start a server and wait until it answers; a port taken in the meantime is replaced."""
+    async def _launch(self, *, may_move: bool) -> None:
+        """Start a server and wait until it answers. On first start a port taken in the meantime
+        is replaced; a restart keeps its port, which the runtime's provider URL points at."""
         for _ in range(3):
-            if not port_is_free(self.port):
+            if may_move and not port_is_free(self.port):
                 self.port = choose_port(None)
             process = await self._spawn()
             self._process = process
@@ -167,13 +171,13 @@ class LocalModelServer:
                 return
             except LocalModelError:
                 await self._terminate(process)
-                if "address already in use" not in self._log_tail().lower():
+                if not may_move or "address already in use" not in self._log_tail().lower():
                     raise
         raise LocalModelError("The local model server could not bind a loopback port.")
 
     async def start(self) -> None:
         started = time.monotonic()
-        await self._launch()
+        await self._launch(may_move=True)
         self._healthy.set()
         self._watch = asyncio.create_task(self._supervise(), name="local-model-supervisor")
         log.info(
@@ -204,7 +208,7 @@ class LocalModelServer:
                 return
             log.warning("local model: server exited (code %s); restarting it", code)
             try:
-                await self._launch()
+                await self._launch(may_move=False)
             except LocalModelError as exc:
                 self._failure = exc
                 log.error("%s", exc)
@@ -212,12 +216,27 @@ class LocalModelServer:
                 return
             self.restart_count += 1
             self._healthy.set()
+            log.info("local model: restarted at %s", self.base_url)
+
+    async def _accepts_connections(self) -> bool:
+        try:
+            _, writer = await asyncio.open_connection(HOST, self.port)
+        except OSError:
+            return False
+        writer.close()
+        return True
 
     async def ready(self) -> None:
-        """Wait until the server answers (a restart in progress included)."""
-        await asyncio.wait_for(self._healthy.wait(), self.options.startup_timeout_seconds)
-        if self._failure is not None:
-            raise self._failure
+        """Wait until the server answers (a restart in progress included). A server that died
+        a moment ago may not be reaped yet, so a refused connection means "wait", not "ready"."""
+        async with asyncio.timeout(self.options.startup_timeout_seconds):
+            while True:
+                await self._healthy.wait()
+                if self._failure is not None:
+                    raise self._failure
+                if await self._accepts_connections():
+                    return
+                await asyncio.sleep(0.05)
 
     @staticmethod
     async def _terminate(process: asyncio.subprocess.Process) -> None:

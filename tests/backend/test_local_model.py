@@ -52,7 +52,7 @@ async def test_a_fresh_install_chats_with_the_local_model(
     assert stream.text.strip()
     stored = (await client.get(f"/api/conversations/{cid}/messages")).json()["items"]
     assert [(m["role"], m["status"]) for m in stored] == [("user", "completed"), ("assistant", "completed")]
-    assert stored[1]["content"] == stream.text
+    assert stored[1]["result"]["value"] == stream.text
     context = (await client.get(f"/api/conversations/{cid}/context")).json()
     assert context["model"] == LOCAL_MODEL_NAME
     metrics = context["metrics"]
@@ -104,4 +104,4 @@ async def test_a_conversation_over_the_window_is_summarized_by_the_local_model(
     after = await send(client, cid, "Which city did the log mention first? One word.")
 
     assert after["assistant_message"]["status"] == "completed"
-    assert after["assistant_message"]["content"].strip()
+    assert after["assistant_message"]["result"]["value"].strip()

@@ -74,7 +74,7 @@ async def test_a_server_killed_mid_turn_fails_that_turn_and_serves_the_next(
         after = await send(client, cid, "Say hi.")
         await client.aclose()
     assert after["assistant_message"]["status"] == "completed"
-    assert after["assistant_message"]["content"].strip()
+    assert after["assistant_message"]["result"]["value"].strip()
     assert server.pid != first_pid and server.restart_count == 1
 
 
