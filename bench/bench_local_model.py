@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -33,6 +34,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "Write a short paragraph about lighthouses."
 
 
+def _delta_text(line: str) -> str:
+    if not line.startswith("data: {"):
+        return ""
+    choices = json.loads(line.removeprefix("data: "))["choices"]
+    return (choices[0]["delta"].get("content") or "") if choices else ""
+
+
 async def _throughput(server: LocalModelServer, runs: int, max_tokens: int) -> tuple[float, float]:
     rates, first_tokens = [], []
     async with httpx.AsyncClient(base_url=server.base_url, timeout=300) as client:
@@ -42,6 +50,7 @@ async def _throughput(server: LocalModelServer, runs: int, max_tokens: int) -> t
             "max_tokens": max_tokens,
             "temperature": 0.7,
         }
+        await client.post("/chat/completions", json=body)  # warm-up
         for _ in range(runs):
             start = time.perf_counter()
             answer = (await client.post("/chat/completions", json=body)).json()
@@ -49,7 +58,7 @@ async def _throughput(server: LocalModelServer, runs: int, max_tokens: int) -> t
             start = time.perf_counter()
             async with client.stream("POST", "/chat/completions", json={**body, "stream": True}) as stream:
                 async for line in stream.aiter_lines():
-                    if '"content"' in line:
+                    if _delta_text(line):
                         first_tokens.append(time.perf_counter() - start)
                         break
     return statistics.median(rates), statistics.median(first_tokens)
