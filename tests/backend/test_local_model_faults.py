@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from backend.app import create_app
-from backend.local_model.installer import InstallError, build_wheel
 from backend.local_model.model_file import ModelFileError
 from backend.local_model.supervisor import LocalModelError
 from backend.settings import Settings
@@ -138,27 +137,3 @@ def test_the_serve_command_reports_a_damaged_model_file_in_one_line(tmp_path: Pa
         f"error: The local model file {bogus} is not a GGUF model (corrupt or wrong file): set "
         "CHAT_SHELL_LOCAL_MODEL_FILE to a GGUF model file, or unset it to use the packaged SmolLM2."
     )
-
-
-@pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MB filesystem (tmpfs; needs root, as `make test` runs)."""
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)]).returncode != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
-
-
-def test_a_disk_too_full_to_build_on_is_refused_before_building(tiny_disk: Path) -> None:
-    said: list[str] = []
-    with pytest.raises(InstallError) as refused:
-        build_wheel(tiny_disk / "wheels", said.append, tiny_disk / "build.log")
-    message = str(refused.value)
-    assert message.startswith("Not enough disk space to build the local model server: 1000 MB needed in ")
-    assert "MB free. Free some space (or set CHAT_SHELL_WHEEL_CACHE" in message
-    assert "OPENAI_BASE_URL" in message
-    assert said == [] and not (tiny_disk / "build.log").exists()
