@@ -50,6 +50,7 @@ BUILD_SPACE_BYTES = 1_000 * 1024 * 1024
 INSTALL_SPACE_BYTES = 300 * 1024 * 1024
 _STEP = re.compile(r"\[(\d+)/(\d+)\]")
 _HEARTBEAT_SECONDS = 15.0
+_SLOW_STEP_SECONDS = 30.0
 
 Progress = Callable[[str], None]
 
@@ -137,16 +138,18 @@ def _lines(process: subprocess.Popen[str]) -> Iterator[str | None]:
 
 class BuildProgress:
     """Turns pip's verbose build output into a few readable lines: phases, then the compile's
-    percentage in steps of 10%, and a heartbeat while a phase is silent."""
+    percentage in steps of 10% (or every 30 s when a step is slow), and a heartbeat while a
+    phase is silent."""
 
     def __init__(self, report: Progress) -> None:
         self._report = report
-        self._started = time.monotonic()
+        self._started = self._said = time.monotonic()
         self._phase = ""
         self._percent = -1
 
     def _say(self, text: str) -> None:
-        self._report(f"[{time.monotonic() - self._started:5.0f} s] {text}")
+        self._said = time.monotonic()
+        self._report(f"[{self._said - self._started:5.0f} s] {text}")
 
     def _enter(self, phase: str) -> None:
         if phase != self._phase:
@@ -161,7 +164,8 @@ class BuildProgress:
         if step:
             done, total = int(step.group(1)), int(step.group(2))
             percent = 100 * done // total
-            if percent // 10 > self._percent // 10:
+            slow = time.monotonic() - self._said >= _SLOW_STEP_SECONDS
+            if percent // 10 > self._percent // 10 or (slow and percent > self._percent):
                 self._percent = percent
                 self._phase = "compiling llama.cpp"
                 self._say(f"compiling llama.cpp: {done}/{total} files ({percent}%)")
