@@ -76,10 +76,30 @@ def _paragraph(turn: int) -> str:
     importlib.util.find_spec("chat_shell.compression.summary_compactor") is None,
     reason="needs summary compaction",
 )
+@pytest.mark.timeout(900)
 async def test_a_conversation_over_the_window_is_summarized_by_the_local_model(
-    local_app: tuple[FastAPI, httpx.AsyncClient],
+    sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    _, client = local_app
+    require_local_model()
+    # The summary reads ~3k tokens of prompt: about 40 s on one busy core. A short summary cap
+    # keeps its generation short too.
+    settings = local_settings(
+        make_settings,
+        sqlite_url,
+        max_output_tokens=48,
+        summary_max_tokens=120,
+        summary_timeout_seconds=600,
+        provider_timeout_seconds=600,
+    )
+    async with serve(create_app(settings)) as base_url:
+        client = await new_user(base_url, "compact")
+        try:
+            await _push_over_the_window(client)
+        finally:
+            await client.aclose()
+
+
+async def _push_over_the_window(client: httpx.AsyncClient) -> None:
     cid = await new_conversation(client)
     compactions: list[dict] = []
     for turn in range(12):
