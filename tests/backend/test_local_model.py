@@ -107,9 +107,9 @@ async def _push_over_the_window(client: httpx.AsyncClient) -> None:
         stream = await read_stream(client, cid, turn_id=started["turn_id"])
         assert stream.terminal is not None and stream.terminal.event == "turn.completed", stream.events
         compactions = [
-            e.data["record"]
+            e.data
             for e in stream.events
-            if e.event == "context.compaction" and e.data["record"]["status"] == "completed"
+            if e.event == "context.compaction" and e.data["status"] == "completed"
         ]
         if compactions:
             break
