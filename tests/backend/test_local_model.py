@@ -10,10 +10,12 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 from fastapi import FastAPI
+from langchain_core.messages import HumanMessage
 
 from backend.app import create_app
 from backend.settings import Settings
-from chat_shell.providers.profiles import LOCAL_MODEL_NAME
+from chat_shell.providers.openai import ProviderConfig, create_chat_model
+from chat_shell.providers.profiles import LOCAL_MODEL_NAME, resolve_profile
 from tests.support.api import new_user
 from tests.support.local_model import local_settings, new_conversation, require_local_model, send
 from tests.support.servers import serve
@@ -60,6 +62,20 @@ async def test_a_fresh_install_chats_with_the_local_model(
     # llama.cpp streams no usage: calibration runs on local counts, and the metrics say so.
     assert metrics["calibration"]["provider_reports_usage"] is False
     assert metrics["estimate_source"] == "configured"
+
+
+async def test_the_local_model_takes_content_given_as_text_parts(
+    local_app: tuple[FastAPI, httpx.AsyncClient],
+) -> None:
+    """The summarizer sends its transcript as text parts; llama.cpp's chat template takes strings."""
+    app, _ = local_app
+    profile = resolve_profile(LOCAL_MODEL_NAME, max_output_tokens=16)
+    model = create_chat_model(profile, ProviderConfig(base_url=app.state.local_model.base_url))
+    parts = [{"type": "text", "text": "Say hello"}, {"type": "text", "text": " in one word."}]
+
+    reply = await model.ainvoke([HumanMessage(content=parts)])  # type: ignore[arg-type]
+
+    assert reply.text.strip()
 
 
 def _paragraph(turn: int) -> str:
