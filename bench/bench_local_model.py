@@ -5,8 +5,9 @@
 - server start: the llama.cpp server from spawn to a healthy `/v1/models`;
 - repeat run: `chat-shell serve --migrate` on a new data dir, from spawn to the chat page
   answering 200 with the local model up (target: at most 20 s);
-- throughput: completion tokens per second of SmolLM2-135M (non-streamed, usage-reported), and
-  the time to the first streamed token.
+- throughput: completion tokens per second of SmolLM2-135M (non-streamed, usage-reported), the
+  time to the first streamed token, and prompt tokens evaluated per second for a ~2.8k-token
+  prompt (what a summary of a full 4096-token window costs).
 """
 
 from __future__ import annotations
@@ -64,7 +65,20 @@ async def _throughput(server: LocalModelServer, runs: int, max_tokens: int) -> t
     return statistics.median(rates), statistics.median(first_tokens)
 
 
-async def _server(runs: int, max_tokens: int) -> None:
+async def _prompt_rate(server: LocalModelServer, sentences: int) -> tuple[int, float]:
+    """Prompt tokens evaluated per second for a long, uncached prompt (what a summary costs)."""
+    text = " ".join(
+        f"Entry {i}: the ferry carried {40 + 7 * i} passengers to the island." for i in range(sentences)
+    )
+    body = {"model": LOCAL_MODEL_NAME, "messages": [{"role": "user", "content": text}], "max_tokens": 1}
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=600) as client:
+        start = time.perf_counter()
+        answer = (await client.post("/chat/completions", json=body)).json()
+    prompt = answer["usage"]["prompt_tokens"]
+    return prompt, prompt / (time.perf_counter() - start)
+
+
+async def _server(runs: int, max_tokens: int, *, quick: bool) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         options = ServerOptions(resolve_model_file(), log_path=Path(scratch) / "server.log")
         server = LocalModelServer(options)
@@ -73,10 +87,12 @@ async def _server(runs: int, max_tokens: int) -> None:
         row("server start to healthy (s)", f"{time.perf_counter() - start:.2f}")
         try:
             rate, first = await _throughput(server, runs, max_tokens)
+            prompt, prompt_rate = await _prompt_rate(server, 40 if quick else 170)
         finally:
             await server.stop()
     row(f"throughput, {max_tokens} tokens (tokens/s)", f"{rate:.1f}")
     row("time to first streamed token (s)", f"{first:.2f}")
+    row(f"prompt evaluation, {prompt} tokens (tokens/s)", f"{prompt_rate:.1f}")
 
 
 def _repeat_run() -> float:
@@ -125,7 +141,7 @@ def main() -> None:
     start = time.perf_counter()
     ensure_installed(lambda _: None)
     row("install check, already installed (s)", f"{time.perf_counter() - start:.2f}")
-    asyncio.run(_server(runs=1 if args.quick else 3, max_tokens=64 if args.quick else 128))
+    asyncio.run(_server(runs=1 if args.quick else 3, max_tokens=64 if args.quick else 128, quick=args.quick))
     repeat = _repeat_run()
     row("repeat run to the chat page (s)", f"{repeat:.2f}", f"{repeat / 20:.2f}x of 20 s")
 
