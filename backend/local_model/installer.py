@@ -33,7 +33,8 @@ LLAMA_CPP_VERSION = "0.3.36"
 # llama.cpp options that llama-cpp-python passes through: build the shared libraries the Python
 # bindings load, and skip the multimodal library, tests, tools, examples, the C++ server and
 # the unified binary (none of which `llama_cpp.server` uses). CPU only; `-march=native` stays on
-# because the wheel never leaves this machine's cache.
+# because the wheel never leaves this machine's cache. llama.cpp's `common` library (about a
+# third of the files) is still built: llama-cpp-python forces LLAMA_BUILD_COMMON on.
 CMAKE_ARGS = (
     "-DLLAVA_BUILD=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
