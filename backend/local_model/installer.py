@@ -190,7 +190,8 @@ def build_wheel(cache_dir: Path, progress: Progress, log_path: Path) -> Path:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
-        "CMAKE_ARGS": " ".join(CMAKE_ARGS),
+        # The caller's own CMAKE_ARGS come last and win (the container image builds portably).
+        "CMAKE_ARGS": " ".join((*CMAKE_ARGS, os.environ.get("CMAKE_ARGS", ""))).strip(),
         "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1),
     }
     with tempfile.TemporaryDirectory(dir=cache_dir, prefix="build-") as scratch:
