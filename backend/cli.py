@@ -53,7 +53,8 @@ def _install_local_model(settings: Settings, *, force: bool) -> None:
 
     report = ensure_installed(_progress, cache_root=settings.wheel_cache, force=force)
     if report.installed:
-        _progress(f"installed in {report.seconds:.0f} s; model file {report.model_file}")
+        how = "built and installed" if report.built_wheel else "installed from the wheel cache"
+        _progress(f"{how} in {report.seconds:.0f} s; model file {report.model_file}")
 
 
 def _local_model(args: argparse.Namespace, settings: Settings) -> None:
