@@ -15,71 +15,21 @@ from chat_shell.contracts import ChainMessage, ChainMetadata, TurnEvent, TurnRes
 from chat_shell.runtime import ChatShell
 from tests.support.turns import collect, make_request
 
-ZH_WORDS = tuple(
-    [
-        "预算",
-        "订单",
-        "相机",
-        "镜头",
-        "配送",
-        "时间",
-        "价格",
-        "折扣",
-        "库存",
-        "仓库",
-        "供应商",
-        "评价",
-        "电池",
-        "传感器",
-        "重量",
-        "旅行",
-        "酒店",
-        "航班",
-        "预订",
-        "会议",
-        "报告",
-        "日志",
-        "服务",
-        "请求",
-        "响应",
-        "错误",
-        "超时",
-        "重试",
-        "缓存",
-        "队列",
-        "数据库",
-        "查询",
-        "用户",
-        "客户",
-        "账户",
-        "支付",
-        "退款",
-        "发票",
-        "比较",
-        "更新",
-        "确认",
-        "发现",
-        "应该",
-        "可以",
-        "希望",
-        "避免",
-        "包括",
-        "之前",
-        "之后",
-        "最新",
-        "方案",
-        "建议",
-    ]
+ZH_VOCABULARY = (
+    "预算 订单 相机 镜头 配送 时间 价格 折扣 库存 仓库 供应商 评价 电池 传感器 重量 旅行 酒店 "
+    "航班 预订 会议 报告 日志 服务 请求 响应 错误 超时 重试 缓存 队列 数据库 查询 用户 客户 "
+    "账户 支付 退款 发票 比较 更新 确认 发现 应该 可以 希望 避免 包括 之前 之后 最新 方案 建议"
 )
 
 
 def chinese_text(chars: int, seed: int) -> str:
     """Deterministic Chinese prose of about `chars` characters (cl100k: about 1 token each)."""
     rng = random.Random(seed)
+    words = ZH_VOCABULARY.split(" ")
     out: list[str] = []
     size = 0
     while size < chars:
-        sentence = "".join(rng.choices(ZH_WORDS, k=rng.randint(5, 12))) + "。"
+        sentence = "".join(rng.choices(words, k=rng.randint(5, 12))) + "。"
         out.append(sentence)
         size += len(sentence)
     return "".join(out)
