@@ -135,6 +135,9 @@ class UnifiedContextGuard:
         rewritten = False
         changed = self._source_stage(upserts)
         current = before = self._estimate()
+        # A user message that alone exceeds the input is refused before anything is summarized.
+        if self._oversized_user() is not None:
+            self._check_fits(current, phase)
         if self._summary is not None and (forced or current.effective >= self.budget.trigger):
             rewritten = await self._summary_stage(current, forced, upserts)
             changed = changed or rewritten
@@ -481,14 +484,21 @@ class UnifiedContextGuard:
                 emergency=emergency,
             )
 
-    def _check_fits(self, current: Estimate, phase: str) -> None:
+    def _oversized_user(self) -> int | None:
+        """The tokens of the latest user message when it alone exceeds the available input."""
         view = self._view
+        if view.latest_human is None or view.tokens[view.latest_human] <= self.budget.available_input:
+            return None
+        return view.tokens[view.latest_human]
+
+    def _check_fits(self, current: Estimate, phase: str) -> None:
         available = self.budget.available_input
         model = self.profile.name
         message: str | None = None
         needed = current.effective
-        if view.latest_human is not None and view.tokens[view.latest_human] > available:
-            needed = view.tokens[view.latest_human]
+        oversized = self._oversized_user()
+        if oversized is not None:
+            needed = oversized
             message = (
                 f"Your message is about {needed:,} tokens, but {model} accepts at most {available:,} "
                 f"input tokens, so it is {needed - available:,} tokens too long. Shorten it or split it "
