@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import itertools
-import json
 import logging
 import math
 import re
@@ -81,6 +81,7 @@ SPLIT_MARGIN = 0.85
 PREVIOUS_USER_SHARE = 0.25
 MIN_PREVIOUS_USER_TOKENS = 32
 HEARTBEAT_SECONDS = 5.0
+_DIGIT = re.compile(r"\d")
 _FACT = re.compile(r"[A-Za-z_][\w./-]*\d[\w./-]*|\d[\d,.:/-]*\d|\d")
 
 
@@ -97,20 +98,24 @@ class SummaryFailed(Exception):
 
 @dataclass(frozen=True)
 class Split:
-    """Indices into the view: `system` leading system messages, `summarized` and `kept` in order."""
+    """Indices into the view: `system` leading system messages, then what is summarized (one
+    or two ranges, in order) and what is kept (in order)."""
 
     system: int
-    summarized: list[int]
+    summarized: list[range]
     kept: list[int]
     # The previous user message, kept truncated in front of the tail (None when not needed).
     previous_user: int | None
     previous_user_tokens: int
 
 
-def _latest_user(messages: Sequence[BaseMessage], start: int) -> int | None:
-    for index in range(len(messages) - 1, start - 1, -1):
-        message = messages[index]
-        if isinstance(message, HumanMessage) and not is_summary(message):
+def _is_user(message: BaseMessage) -> bool:
+    return isinstance(message, HumanMessage) and not is_summary(message)
+
+
+def _latest_user(messages: Sequence[BaseMessage], start: int, end: int) -> int | None:
+    for index in range(end - 1, start - 1, -1):
+        if _is_user(messages[index]):
             return index
     return None
 
@@ -137,22 +142,23 @@ def split_view(messages: Sequence[BaseMessage], tokens: Sequence[int], tail_budg
     prefix = list(itertools.accumulate(tokens, initial=0))
     budget = max(0, tail_budget)
     start = _tail_start(prefix, system, end, budget, messages)
-    latest = _latest_user(messages, system)
+    latest = _latest_user(messages, system, end)
     if latest is None or latest >= start:
         kept = list(range(start, end))
+        summarized = [range(system, start)]
     else:
         # The latest user message is always kept whole; the rest of the budget goes to what
         # follows it (the current turn's tool rounds).
-        rest = _tail_start(prefix, latest + 1, end, budget - tokens[latest], messages)
+        rest = _tail_start(prefix, latest + 1, end, max(0, budget - tokens[latest]), messages)
         kept = [latest, *range(rest, end)]
-    kept_set = set(kept)
-    summarized = [i for i in range(system, end) if i not in kept_set]
+        summarized = [range(system, latest), range(latest + 1, rest)]
+    summarized = [part for part in summarized if part]
     previous_user, previous_tokens = None, 0
     if latest is not None and summarized:
         # Where it fits, the user message before the latest one stays too, shortened.
-        previous = _latest_user(messages[:latest], system)
+        previous = _latest_user(messages, system, latest)
         room = min(int(keep * PREVIOUS_USER_SHARE), budget - sum(tokens[i] for i in kept))
-        if previous is not None and previous not in kept_set and room >= MIN_PREVIOUS_USER_TOKENS:
+        if previous is not None and previous < kept[0] and room >= MIN_PREVIOUS_USER_TOKENS:
             previous_user, previous_tokens = previous, min(room, tokens[previous])
     return Split(system, summarized, kept, previous_user, previous_tokens)
 
@@ -175,73 +181,145 @@ def message_text(message: BaseMessage) -> str:
     return "\n".join(parts)
 
 
-def _label(message: BaseMessage) -> str:
+TextPart = dict[str, str]
+# Message text shorter than this is joined to its label line; longer text is its own part.
+SHORT_TEXT_CHARS = 1_024
+
+
+def _text_part(text: str) -> TextPart:
+    return {"type": "text", "text": text}
+
+
+# The transcript line that opens each message (shared, never mutated).
+_LABEL_PARTS: dict[type, TextPart] = {
+    AIMessage: _text_part("\n\n[assistant]\n"),
+    HumanMessage: _text_part("\n\n[user]\n"),
+    SystemMessage: _text_part("\n\n[system]\n"),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _tool_label(name: str) -> TextPart:
+    return _text_part(f"\n\n[tool result: {name}]\n")
+
+
+def _label_part(message: BaseMessage) -> TextPart:
+    part = _LABEL_PARTS.get(type(message))
+    if part is not None:
+        return part
     if isinstance(message, ToolMessage):
-        return f"[tool result: {message.name or 'tool'}]"
+        return _tool_label(message.name or "tool")
     if isinstance(message, AIMessage):
-        return "[assistant]"
-    if isinstance(message, SystemMessage):
-        return "[system]"
-    return "[user]"
+        return _LABEL_PARTS[AIMessage]
+    return _LABEL_PARTS[SystemMessage if isinstance(message, SystemMessage) else HumanMessage]
 
 
-def _render(message: BaseMessage, body: str) -> str:
-    text = f"{_label(message)}\n{body}"
-    if isinstance(message, AIMessage) and message.tool_calls:
-        calls = "\n".join(
-            f"[assistant calls {call['name']}({json.dumps(call['args'], ensure_ascii=False)})]"
-            for call in message.tool_calls
-        )
-        text = f"{text}\n{calls}" if body else f"{_label(message)}\n{calls}"
-    return text
+def _calls_part(message: AIMessage) -> TextPart:
+    return _text_part("".join(f"\n[assistant calls {c['name']}({c['args']!r})]" for c in message.tool_calls))
+
+
+def transcript_parts(messages: Sequence[BaseMessage]) -> list[TextPart]:
+    """The messages as transcript text parts: a label line, the text, any tool calls. The
+    message text is referenced, not copied: the HTTP client writes it once."""
+    parts: list[TextPart] = []
+    add = parts.append
+    labels = _LABEL_PARTS
+    for message in messages:
+        kind = type(message)
+        label = labels.get(kind)
+        if label is None:
+            label = _tool_label(message.name or "tool") if kind is ToolMessage else _label_part(message)
+        text = message.content
+        if type(text) is not str:
+            text = message_text(message)
+        if len(text) < SHORT_TEXT_CHARS:  # one part: copying a short text costs less than a part
+            add({"type": "text", "text": label["text"] + text})
+        else:
+            add(label)
+            add({"type": "text", "text": text})
+        if kind is AIMessage and message.tool_calls:  # type: ignore[attr-defined]
+            add(_calls_part(message))  # type: ignore[arg-type]
+    return parts
 
 
 @dataclass(frozen=True)
 class Chunk:
-    text: str
+    # Transcript text parts in order.
+    parts: list[TextPart]
     tokens: int
+
+    @property
+    def text(self) -> str:
+        return "".join(part["text"] for part in self.parts)
 
 
 def chunk_transcript(
     messages: Sequence[BaseMessage], tokens: Sequence[int], chunk_tokens: int
 ) -> list[Chunk]:
-    """The messages rendered as transcript text in order, packed into chunks of about
-    `chunk_tokens` by their cached counts (one pass). A message larger than a chunk is split
-    by characters across several chunks; nothing is left out."""
+    """The messages as transcript parts in order, packed into chunks of at most about
+    `chunk_tokens` by their cached counts: the runs of whole messages that fit are found by
+    binary search over the cumulative counts. A message larger than a chunk is cut by
+    characters, in proportion to its count, and continues in the next chunks; nothing is left
+    out."""
     budget = max(1, chunk_tokens)
+    prefix = list(itertools.accumulate(tokens, initial=0))
     chunks: list[Chunk] = []
-    pieces: list[str] = []
+    parts: list[TextPart] = []
     used = 0
-
-    def close() -> None:
-        nonlocal pieces, used
-        if pieces:
-            chunks.append(Chunk("\n\n".join(pieces), used))
-        pieces, used = [], 0
-
-    for message, count in zip(messages, tokens, strict=True):
-        if used and used + count > budget:
-            close()
-        if count <= budget:
-            pieces.append(_render(message, message_text(message)))
-            used += count
+    index, end = 0, len(messages)
+    while index < end:
+        if tokens[index] > budget:
+            parts, used = _cut(messages[index], tokens[index], budget, parts, used, chunks)
+            index += 1
             continue
-        body = message_text(message)
-        parts = math.ceil(count / (budget * SPLIT_MARGIN))
-        width = math.ceil(len(body) / parts)
-        for part in range(parts):
-            piece = body[part * width : (part + 1) * width]
-            label = f"(part {part + 1} of {parts})"
-            pieces.append(_render(message, f"{label}\n{piece}"))
-            used += math.ceil(count / parts)
-            close()
-    close()
+        stop = bisect.bisect_right(prefix, prefix[index] + budget - used, index + 1, end + 1) - 1
+        if stop == index:  # the next message does not fit the room left: a new chunk
+            chunks.append(Chunk(parts, used))
+            parts, used = [], 0
+            continue
+        parts.extend(transcript_parts(messages[index:stop]))
+        used += prefix[stop] - prefix[index]
+        index = stop
+        if index < end and tokens[index] <= budget:
+            chunks.append(Chunk(parts, used))
+            parts, used = [], 0
+    if parts:
+        chunks.append(Chunk(parts, used))
     return chunks
+
+
+def _cut(
+    message: BaseMessage, count: int, budget: int, parts: list[TextPart], used: int, chunks: list[Chunk]
+) -> tuple[list[TextPart], int]:
+    """Add an oversized message in pieces that fill the open chunk (`parts`, `used`) and then
+    whole chunks; returns the chunk its last piece leaves open."""
+    body = message_text(message)
+    density = len(body) / max(1, count)  # characters per token of this message
+    label = _label_part(message)["text"]
+    start, piece = 0, 1
+    while start < len(body):
+        room = budget - used
+        if room < budget // 10:
+            chunks.append(Chunk(parts, used))
+            parts, used = [], 0
+            continue
+        stop = min(len(body), start + max(1, int(room * density * SPLIT_MARGIN)))
+        note = label if piece == 1 else f"{label[:-1]} (continued, part {piece})\n"
+        parts.extend((_text_part(note), _text_part(body[start:stop])))
+        used += math.ceil((stop - start) / density)
+        start, piece = stop, piece + 1
+        if start < len(body):
+            chunks.append(Chunk(parts, used))
+            parts, used = [], 0
+    if isinstance(message, AIMessage) and message.tool_calls:
+        parts.append(_calls_part(message))
+    return parts, used
 
 
 def facts(text: str) -> set[str]:
     """Numbers and identifiers (anything holding a digit) in `text`."""
-    return set(_FACT.findall(text))
+    # Most text holds no digit at all: one C-level scan rules it out.
+    return set(_FACT.findall(text)) if _DIGIT.search(text) else set()
 
 
 def retention_score(sources: Sequence[str], summary: str) -> float | None:
@@ -267,6 +345,63 @@ def conversation_lock(conversation_id: int) -> asyncio.Lock:
         lock = asyncio.Lock()
         _locks[conversation_id] = lock
     return lock
+
+
+class _Watchdog:
+    """One task per compaction: the `in_progress` heartbeat every few seconds, and the backstop
+    of each summarizer call (what `asyncio.wait_for` does, without a timer per call: a long
+    history makes hundreds of chunk calls). A call past its deadline is cancelled and becomes
+    `SummaryFailed("summarizer_timeout")`."""
+
+    def __init__(self, timeout: float, heartbeat: float, beat: Callable[[], None]) -> None:
+        self._timeout = timeout
+        self._heartbeat = heartbeat
+        self._beat = beat
+        self._deadline: float | None = None
+        self._fired = False
+        self._task: asyncio.Task[Any] | None = None
+        self._runner: asyncio.Task[None] | None = None
+
+    def __enter__(self) -> _Watchdog:
+        self._task = asyncio.current_task()
+        self._runner = asyncio.create_task(self._run())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        assert self._runner is not None
+        self._runner.cancel()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_beat = loop.time() + self._heartbeat
+        while True:
+            now = loop.time()
+            deadline = self._deadline
+            if deadline is not None and now >= deadline:
+                self._fired = True
+                assert self._task is not None
+                self._task.cancel()
+                return
+            if now >= next_beat:
+                self._beat()
+                next_beat = now + self._heartbeat
+            # Without a call running, wake within one timeout so a call started meanwhile is
+            # never overrun by more than its own deadline.
+            wake = min(next_beat, deadline if deadline is not None else now + self._timeout)
+            await asyncio.sleep(max(0.0, wake - now))
+
+    async def bounded(self, call: Awaitable[str]) -> str:
+        self._deadline = asyncio.get_running_loop().time() + self._timeout
+        try:
+            return await call
+        except asyncio.CancelledError as exc:
+            if not self._fired:
+                raise
+            assert self._task is not None
+            self._task.uncancel()
+            raise SummaryFailed("summarizer_timeout") from exc
+        finally:
+            self._deadline = None
 
 
 class SummaryCompactor:
@@ -307,9 +442,14 @@ class SummaryCompactor:
             "created_at": started_at,
         }
         self._status(request, CompactionRecord(status="started", **base))
-        heartbeat = asyncio.create_task(self._beat(request, base))
+        watchdog = _Watchdog(
+            self._timeout,
+            self._heartbeat,
+            lambda: self._status(request, CompactionRecord(status="in_progress", **base)),
+        )
         try:
-            checkpoint = await self._checkpoint(request)
+            with watchdog:
+                checkpoint = await self._checkpoint(request, watchdog)
         except asyncio.CancelledError:
             logger.info("[SummaryCompact] conversation=%s status=cancelled", self._conversation_id)
             raise
@@ -322,8 +462,6 @@ class SummaryCompactor:
             )
             self._status(request, record)
             return SummaryOutcome(record=record)
-        finally:
-            heartbeat.cancel()
         messages, summary_text, removed, chunks, score = checkpoint
         local = request.fixed_tokens + sum(request.counter.count_message(m).tokens for m in messages)
         after = estimate(
@@ -343,12 +481,6 @@ class SummaryCompactor:
         chain = [to_chain(m) for m in messages if not isinstance(m, SystemMessage) or is_summary(m)]
         self._status(request, record, checkpoint_chain=chain)
         return SummaryOutcome(record=record, messages=messages)
-
-    async def _beat(self, request: SummaryRequest, base: dict[str, Any]) -> None:
-        """`in_progress` every few seconds while the summarizer works, so no stream times out."""
-        while True:
-            await asyncio.sleep(self._heartbeat)
-            self._status(request, CompactionRecord(status="in_progress", **base))
 
     def _status(
         self,
@@ -402,7 +534,7 @@ class SummaryCompactor:
         return min(configured, math.floor((keep - fit.fixed_overhead) / fit.scale) - rest)
 
     async def _checkpoint(
-        self, request: SummaryRequest
+        self, request: SummaryRequest, watchdog: _Watchdog
     ) -> tuple[list[BaseMessage], str, int, int, float | None]:
         messages, tokens, budget = request.messages, request.message_tokens, request.budget
         system_end = 0
@@ -411,17 +543,18 @@ class SummaryCompactor:
         split = split_view(messages, tokens, self.tail_budget(request, sum(tokens[:system_end])), budget.keep)
         if not split.summarized:
             raise SummaryFailed("nothing_to_summarize")
-        summarized = [messages[i] for i in split.summarized]
-        summarized_tokens = [tokens[i] for i in split.summarized]
-        previous = [m for m in summarized if is_summary(m)]
-        rest = [(m, t) for m, t in zip(summarized, summarized_tokens, strict=True) if not is_summary(m)]
+        summarized = [m for part in split.summarized for m in messages[part.start : part.stop]]
+        summarized_tokens = [t for part in split.summarized for t in tokens[part.start : part.stop]]
+        # A previous summary (right after the system prompt) is folded in, not re-summarized.
+        previous = [m for m in summarized[:1] if is_summary(m)]
+        rest, rest_tokens = summarized[len(previous) :], summarized_tokens[len(previous) :]
         if not rest:
             raise SummaryFailed("nothing_to_summarize")
         chunk_tokens = budget.trim_tokens_to_summarize - budget.summary_max_tokens - INSTRUCTION_TOKENS
-        chunks = chunk_transcript([m for m, _ in rest], [t for _, t in rest], chunk_tokens)
+        chunks = chunk_transcript(rest, rest_tokens, chunk_tokens)
         summary = "\n\n".join(_summary_body(m) for m in previous)
         for chunk in chunks:
-            summary = await self._summarize_chunk(request, summary, chunk.text)
+            summary = await self._summarize_chunk(request, watchdog, summary, chunk)
         if not summary.strip():
             raise SummaryFailed("empty_summary")
         summary_message = with_markers(
@@ -435,6 +568,8 @@ class SummaryCompactor:
             shortened = self._shortened(request, previous_user, split.previous_user_tokens)
             kept.append(self._retain(shortened))
         kept.extend(self._retain(messages[i]) for i in split.kept)
+        # The user's own statements (and what an earlier summary kept of them) are what the
+        # score checks; bulk tool output is mostly ids no summary should repeat.
         sources = [message_text(m) for m in summarized if isinstance(m, HumanMessage)]
         score = retention_score(sources, summary)
         return kept, summary, len(summarized), len(chunks), score
@@ -451,33 +586,38 @@ class SummaryCompactor:
             return message
         return message.model_copy(update={"content": f"{kept} […]" if kept != text else kept})
 
-    async def _summarize_chunk(self, request: SummaryRequest, previous: str, transcript: str) -> str:
+    async def _summarize_chunk(
+        self, request: SummaryRequest, watchdog: _Watchdog, previous: str, chunk: Chunk
+    ) -> str:
         cap = request.budget.summary_max_tokens
-        parts = [f"<previous_summary>\n{previous}\n</previous_summary>"] if previous else []
-        parts.append(f"<transcript>\n{transcript}\n</transcript>")
-        prompt = [
-            SystemMessage(SUMMARY_INSTRUCTIONS.format(cap=cap)),
-            HumanMessage("\n\n".join(parts)),
-        ]
-        summary = await self._call(prompt)
-        return await self._within_cap(request.counter, summary, cap)
+        opening = f"<previous_summary>\n{previous}\n</previous_summary>\n\n" if previous else ""
+        wrapped = [_text_part(f"{opening}<transcript>"), *chunk.parts, _CLOSING_PART]
+        # Built from known-valid parts: no validation pass over every part of a large request.
+        transcript = HumanMessage.model_construct(
+            content=wrapped, additional_kwargs={}, response_metadata={}, type="human", name=None, id=None
+        )
+        summary = await self._call(watchdog, [_instructions(cap), transcript])
+        # No character is more than 4 tokens (its UTF-8 bytes): a short summary needs no count.
+        if len(summary) * 4 <= cap:
+            return summary
+        return await self._within_cap(watchdog, request.counter, summary, cap)
 
-    async def _within_cap(self, counter: TokenCounter, summary: str, cap: int) -> str:
+    async def _within_cap(self, watchdog: _Watchdog, counter: TokenCounter, summary: str, cap: int) -> str:
         """The summary under its hard cap: a second, shortening pass, then a hard cut."""
         if counter.count_text(summary) <= cap:
             return summary
         shorter = await self._call(
-            [SystemMessage(SHORTEN_INSTRUCTIONS.format(cap=cap)), HumanMessage(summary)]
+            watchdog, [SystemMessage(SHORTEN_INSTRUCTIONS.format(cap=cap)), HumanMessage(summary)]
         )
         if counter.count_text(shorter) <= cap:
             return shorter
         return counter.text.head(shorter, cap)
 
-    async def _call(self, prompt: list[BaseMessage]) -> str:
-        """One summarizer call under the provider timeout, a `wait_for` backstop and the
+    async def _call(self, watchdog: _Watchdog, prompt: list[BaseMessage]) -> str:
+        """One summarizer call under the provider timeout, the watchdog's backstop and the
         overflow safety net (a request the provider finds too long is split once)."""
         try:
-            return await self._bounded(self._summarize(prompt))
+            return await watchdog.bounded(self._summarize(prompt))
         except SummaryFailed:
             raise
         except Exception as exc:
@@ -490,18 +630,14 @@ class SummaryCompactor:
         for half in (user[:middle], user[middle:]):
             body = f"<previous_summary>\n{summary}\n</previous_summary>\n\n{half}" if summary else half
             try:
-                summary = await self._bounded(self._summarize([system, HumanMessage(body)]))
+                summary = await watchdog.bounded(self._summarize([system, HumanMessage(body)]))
+            except SummaryFailed:
+                raise
             except Exception as exc:
                 if is_context_overflow(exc):
                     raise SummaryFailed("summarizer_context_overflow") from exc
                 raise self._failure(exc) from exc
         return summary
-
-    async def _bounded(self, call: Awaitable[str]) -> str:
-        try:
-            return await asyncio.wait_for(call, self._timeout)
-        except TimeoutError as exc:
-            raise SummaryFailed("summarizer_timeout") from exc
 
     @staticmethod
     def _failure(exc: Exception) -> SummaryFailed:
@@ -512,6 +648,14 @@ class SummaryCompactor:
         if failure.code == "provider_timeout":
             return SummaryFailed("summarizer_timeout")
         return SummaryFailed(f"summarizer_{failure.code}")
+
+
+_CLOSING_PART = _text_part("\n</transcript>")
+
+
+@functools.cache
+def _instructions(cap: int) -> SystemMessage:
+    return SystemMessage(SUMMARY_INSTRUCTIONS.format(cap=cap))
 
 
 def _summary_body(message: BaseMessage) -> str:

@@ -103,9 +103,17 @@ def is_summary_request(body: dict[str, Any]) -> bool:
     return first.get("role") == "system" and isinstance(content, str) and content.startswith(SUMMARIZER_ROLE)
 
 
+def content_text(message: dict[str, Any]) -> str:
+    """A request message's text: string content, or its text parts joined."""
+    content = message.get("content") or ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
 def summary_input(body: dict[str, Any]) -> str:
     """The text a summary request asks to summarize (previous summary and transcript)."""
-    return "\n".join(str(m.get("content") or "") for m in body.get("messages", [])[1:])
+    return "\n".join(content_text(m) for m in body.get("messages", [])[1:])
 
 
 def text(content: str, **options: Any) -> Reply:

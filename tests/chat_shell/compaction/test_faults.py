@@ -17,6 +17,7 @@ from tests.support.conversation import chinese_text
 from tests.support.scripted_provider import (
     Reply,
     ScriptedProvider,
+    content_text,
     context_length_error,
     count_prompt_tokens,
     http_error,
@@ -107,8 +108,8 @@ async def test_a_summarizer_request_the_provider_finds_too_long_is_split_once(
     events = await compacting_turn(shell)
     assert summary_events(events)[-1].record.status == "completed"
     first, second, third = scripted_provider.summary_requests[:3]
-    halves = [m["content"] for m in (second["messages"][1], third["messages"][1])]
-    assert len(halves[0]) < len(first["messages"][1]["content"])
+    halves = [content_text(m) for m in (second["messages"][1], third["messages"][1])]
+    assert len(halves[0]) < len(content_text(first["messages"][1]))
 
     scripted_provider.reset()
     scripted_provider.script_summaries(too_long, too_long)

@@ -10,7 +10,6 @@ with CHAT_SHELL_DEEP=1.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +32,7 @@ from tests.support.scripted_provider import (
     Reply,
     ScriptedProvider,
     ScriptedToolCall,
+    content_text,
     count_prompt_tokens,
     is_summary_request,
     text,
@@ -161,8 +161,7 @@ def _markers(text: str) -> list[int]:
 
 
 def _text(message: dict[str, Any]) -> str:
-    content = message.get("content") or ""
-    return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    return content_text(message)
 
 
 def _request_markers(body: dict[str, Any]) -> set[int]:
