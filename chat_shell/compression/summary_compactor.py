@@ -24,11 +24,11 @@ import math
 import re
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from time import perf_counter
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
@@ -242,8 +242,7 @@ def transcript_parts(messages: Sequence[BaseMessage]) -> list[TextPart]:
     return parts
 
 
-@dataclass(frozen=True)
-class Chunk:
+class Chunk(NamedTuple):
     # Transcript text parts in order.
     parts: list[TextPart]
     tokens: int
@@ -354,16 +353,16 @@ class _Watchdog:
     `SummaryFailed("summarizer_timeout")`."""
 
     def __init__(self, timeout: float, heartbeat: float, beat: Callable[[], None]) -> None:
-        self._timeout = timeout
+        self.timeout = timeout
         self._heartbeat = heartbeat
         self._beat = beat
-        self._deadline: float | None = None
-        self._fired = False
-        self._task: asyncio.Task[Any] | None = None
+        self.deadline: float | None = None
+        self.fired = False
+        self.task: asyncio.Task[Any] | None = None
         self._runner: asyncio.Task[None] | None = None
 
     def __enter__(self) -> _Watchdog:
-        self._task = asyncio.current_task()
+        self.task = asyncio.current_task()
         self._runner = asyncio.create_task(self._run())
         return self
 
@@ -376,32 +375,47 @@ class _Watchdog:
         next_beat = loop.time() + self._heartbeat
         while True:
             now = loop.time()
-            deadline = self._deadline
+            deadline = self.deadline
             if deadline is not None and now >= deadline:
-                self._fired = True
-                assert self._task is not None
-                self._task.cancel()
+                self.fired = True
+                assert self.task is not None
+                self.task.cancel()
                 return
             if now >= next_beat:
                 self._beat()
                 next_beat = now + self._heartbeat
             # Without a call running, wake within one timeout so a call started meanwhile is
             # never overrun by more than its own deadline.
-            wake = min(next_beat, deadline if deadline is not None else now + self._timeout)
+            wake = min(next_beat, deadline if deadline is not None else now + self.timeout)
             await asyncio.sleep(max(0.0, wake - now))
 
-    async def bounded(self, call: Awaitable[str]) -> str:
-        self._deadline = asyncio.get_running_loop().time() + self._timeout
-        try:
-            return await call
-        except asyncio.CancelledError as exc:
-            if not self._fired:
-                raise
-            assert self._task is not None
-            self._task.uncancel()
+    def call(self) -> _CallDeadline:
+        """`with watchdog.call(): await ...`: the deadline of one summarizer call."""
+        return self._call_deadline
+
+    @functools.cached_property
+    def _call_deadline(self) -> _CallDeadline:
+        return _CallDeadline(self)
+
+
+class _CallDeadline:
+    """A plain context manager (no coroutine, no timer) around one summarizer call."""
+
+    def __init__(self, watchdog: _Watchdog) -> None:
+        self._watchdog = watchdog
+        self._loop = asyncio.get_running_loop()
+
+    def __enter__(self) -> None:
+        watchdog = self._watchdog
+        watchdog.deadline = self._loop.time() + watchdog.timeout
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: object) -> None:
+        watchdog = self._watchdog
+        watchdog.deadline = None
+        if kind is asyncio.CancelledError and watchdog.fired:
+            assert watchdog.task is not None
+            watchdog.task.uncancel()
             raise SummaryFailed("summarizer_timeout") from exc
-        finally:
-            self._deadline = None
 
 
 class SummaryCompactor:
@@ -570,7 +584,7 @@ class SummaryCompactor:
         kept.extend(self._retain(messages[i]) for i in split.kept)
         # The user's own statements (and what an earlier summary kept of them) are what the
         # score checks; bulk tool output is mostly ids no summary should repeat.
-        sources = [message_text(m) for m in summarized if isinstance(m, HumanMessage)]
+        sources = [message_text(m) for m in summarized if type(m) is HumanMessage]
         score = retention_score(sources, summary)
         return kept, summary, len(summarized), len(chunks), score
 
@@ -617,7 +631,8 @@ class SummaryCompactor:
         """One summarizer call under the provider timeout, the watchdog's backstop and the
         overflow safety net (a request the provider finds too long is split once)."""
         try:
-            return await watchdog.bounded(self._summarize(prompt))
+            with watchdog.call():
+                return await self._summarize(prompt)
         except SummaryFailed:
             raise
         except Exception as exc:
@@ -630,7 +645,8 @@ class SummaryCompactor:
         for half in (user[:middle], user[middle:]):
             body = f"<previous_summary>\n{summary}\n</previous_summary>\n\n{half}" if summary else half
             try:
-                summary = await watchdog.bounded(self._summarize([system, HumanMessage(body)]))
+                with watchdog.call():
+                    summary = await self._summarize([system, HumanMessage(body)])
             except SummaryFailed:
                 raise
             except Exception as exc:
