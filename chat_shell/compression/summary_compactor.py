@@ -182,8 +182,8 @@ def message_text(message: BaseMessage) -> str:
 
 
 TextPart = dict[str, str]
-# Message text shorter than this is joined to its label line; longer text is its own part.
-SHORT_TEXT_CHARS = 1_024
+# Message text shorter than this is joined with its neighbours; longer text is its own part.
+SHORT_TEXT_CHARS = 2_048
 
 
 def _text_part(text: str) -> TextPart:
@@ -196,6 +196,9 @@ _LABEL_PARTS: dict[type, TextPart] = {
     HumanMessage: _text_part("\n\n[user]\n"),
     SystemMessage: _text_part("\n\n[system]\n"),
 }
+
+
+_LABEL_TEXTS: dict[type, str] = {kind: part["text"] for kind, part in _LABEL_PARTS.items()}
 
 
 @functools.lru_cache(maxsize=256)
@@ -214,31 +217,38 @@ def _label_part(message: BaseMessage) -> TextPart:
     return _LABEL_PARTS[SystemMessage if isinstance(message, SystemMessage) else HumanMessage]
 
 
-def _calls_part(message: AIMessage) -> TextPart:
-    return _text_part("".join(f"\n[assistant calls {c['name']}({c['args']!r})]" for c in message.tool_calls))
+def _calls_text(message: AIMessage) -> str:
+    return "".join(f"\n[assistant calls {c['name']}({c['args']!r})]" for c in message.tool_calls)
 
 
 def transcript_parts(messages: Sequence[BaseMessage]) -> list[TextPart]:
-    """The messages as transcript text parts: a label line, the text, any tool calls. The
-    message text is referenced, not copied: the HTTP client writes it once."""
+    """The messages as transcript text parts: a label line, the text, any tool calls. A long
+    text is referenced as its own part, not copied (the HTTP client writes it once); short
+    texts and labels are joined between them, so a part is allocated per long message only."""
     parts: list[TextPart] = []
-    add = parts.append
-    labels = _LABEL_PARTS
+    short: list[str] = []
+    add = short.append
+    labels = _LABEL_TEXTS
     for message in messages:
         kind = type(message)
         label = labels.get(kind)
         if label is None:
-            label = _tool_label(message.name or "tool") if kind is ToolMessage else _label_part(message)
+            label = _label_part(message)["text"]
+        add(label)
         text = message.content
         if type(text) is not str:
             text = message_text(message)
-        if len(text) < SHORT_TEXT_CHARS:  # one part: copying a short text costs less than a part
-            add({"type": "text", "text": label["text"] + text})
+        if len(text) < SHORT_TEXT_CHARS:
+            add(text)
         else:
-            add(label)
-            add({"type": "text", "text": text})
+            parts.append({"type": "text", "text": "".join(short)})
+            parts.append({"type": "text", "text": text})
+            short = []
+            add = short.append
         if kind is AIMessage and message.tool_calls:  # type: ignore[attr-defined]
-            add(_calls_part(message))  # type: ignore[arg-type]
+            add(_calls_text(message))  # type: ignore[arg-type]
+    if short:
+        parts.append({"type": "text", "text": "".join(short)})
     return parts
 
 
@@ -311,7 +321,7 @@ def _cut(
             chunks.append(Chunk(parts, used))
             parts, used = [], 0
     if isinstance(message, AIMessage) and message.tool_calls:
-        parts.append(_calls_part(message))
+        parts.append(_text_part(_calls_text(message)))
     return parts, used
 
 
