@@ -16,24 +16,24 @@ Everything here is single-pass over cached counts; the only tokenization is of t
 from __future__ import annotations
 
 import asyncio
-import bisect
 import functools
-import itertools
 import logging
 import math
-import re
 import uuid
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime
 from time import perf_counter
-from typing import Any, NamedTuple
+from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from chat_shell.compression.calibration import estimate
+from chat_shell.compression.retention import retention_score
+from chat_shell.compression.split import split_view
 from chat_shell.compression.token_counter import TOKENS_PER_MESSAGE, TokenCounter
+from chat_shell.compression.transcript import Chunk, chunk_transcript, message_text, text_part
+from chat_shell.compression.watchdog import Watchdog
 from chat_shell.contracts import CompactionRecord, ContextCompactionEvent
 from chat_shell.guard.protocol import Summarizer
 from chat_shell.guard.stages import SummaryOutcome, SummaryRequest, compaction_target
@@ -74,15 +74,7 @@ constraint, number, date, id and name verbatim; drop the least important details
 its language and structure. Output only the summary."""
 # Room for the instructions and the labels of one summarizer request.
 INSTRUCTION_TOKENS = 400
-# A message split across chunks is cut by characters in proportion to its cached count; this
-# margin absorbs the uneven density of real text.
-SPLIT_MARGIN = 0.85
-# The previous user message, when it is not in the tail, is kept truncated to this share of keep.
-PREVIOUS_USER_SHARE = 0.25
-MIN_PREVIOUS_USER_TOKENS = 32
 HEARTBEAT_SECONDS = 5.0
-_DIGIT = re.compile(r"\d")
-_FACT = re.compile(r"[A-Za-z_][\w./-]*\d[\w./-]*|\d[\d,.:/-]*\d|\d")
 
 
 class SummaryFailed(Exception):
@@ -91,257 +83,6 @@ class SummaryFailed(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-# ---------------------------------------------------------------------------------- the split
-
-
-@dataclass(frozen=True)
-class Split:
-    """Indices into the view: `system` leading system messages, then what is summarized (one
-    or two ranges, in order) and what is kept (in order)."""
-
-    system: int
-    summarized: list[range]
-    kept: list[int]
-    # The previous user message, kept truncated in front of the tail (None when not needed).
-    previous_user: int | None
-    previous_user_tokens: int
-
-
-def _is_user(message: BaseMessage) -> bool:
-    return isinstance(message, HumanMessage) and not is_summary(message)
-
-
-def _latest_user(messages: Sequence[BaseMessage], start: int, end: int) -> int | None:
-    for index in range(end - 1, start - 1, -1):
-        if _is_user(messages[index]):
-            return index
-    return None
-
-
-def _tail_start(prefix: Sequence[int], lo: int, hi: int, budget: int, messages: Sequence[BaseMessage]) -> int:
-    """The earliest index `s` in [lo, hi] with tokens[s:hi] ≤ budget (binary search over the
-    cumulative counts `prefix`), moved forward past tool results so no pair is split."""
-    start = bisect.bisect_left(prefix, prefix[hi] - budget, lo, hi + 1)
-    while start < hi and isinstance(messages[start], ToolMessage):
-        start += 1
-    return start
-
-
-def split_view(messages: Sequence[BaseMessage], tokens: Sequence[int], tail_budget: int, keep: int) -> Split:
-    """Where to cut the view (pure; O(n) for the cumulative counts, O(log n) for the cut)."""
-    system = 0
-    while (
-        system < len(messages)
-        and isinstance(messages[system], SystemMessage)
-        and not is_summary(messages[system])
-    ):
-        system += 1
-    end = len(messages)
-    prefix = list(itertools.accumulate(tokens, initial=0))
-    budget = max(0, tail_budget)
-    start = _tail_start(prefix, system, end, budget, messages)
-    latest = _latest_user(messages, system, end)
-    if latest is None or latest >= start:
-        kept = list(range(start, end))
-        summarized = [range(system, start)]
-    else:
-        # The latest user message is always kept whole; the rest of the budget goes to what
-        # follows it (the current turn's tool rounds).
-        rest = _tail_start(prefix, latest + 1, end, max(0, budget - tokens[latest]), messages)
-        kept = [latest, *range(rest, end)]
-        summarized = [range(system, latest), range(latest + 1, rest)]
-    summarized = [part for part in summarized if part]
-    previous_user, previous_tokens = None, 0
-    if latest is not None and summarized:
-        # Where it fits, the user message before the latest one stays too, shortened.
-        previous = _latest_user(messages, system, latest)
-        room = min(int(keep * PREVIOUS_USER_SHARE), budget - sum(tokens[i] for i in kept))
-        if previous is not None and previous < kept[0] and room >= MIN_PREVIOUS_USER_TOKENS:
-            previous_user, previous_tokens = previous, min(room, tokens[previous])
-    return Split(system, summarized, kept, previous_user, previous_tokens)
-
-
-# ---------------------------------------------------------------------------------- rendering
-
-
-def message_text(message: BaseMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for part in content:
-        if isinstance(part, str):
-            parts.append(part)
-        elif isinstance(part, dict) and isinstance(part.get("text"), str):
-            parts.append(part["text"])
-        elif isinstance(part, dict):
-            parts.append(f"[{part.get('type', 'media')}]")
-    return "\n".join(parts)
-
-
-TextPart = dict[str, str]
-# Message text shorter than this is joined with its neighbours; longer text is its own part.
-SHORT_TEXT_CHARS = 2_048
-
-
-def _text_part(text: str) -> TextPart:
-    return {"type": "text", "text": text}
-
-
-# The transcript line that opens each message (shared, never mutated).
-_LABEL_PARTS: dict[type, TextPart] = {
-    AIMessage: _text_part("\n\n[assistant]\n"),
-    HumanMessage: _text_part("\n\n[user]\n"),
-    SystemMessage: _text_part("\n\n[system]\n"),
-}
-
-
-_LABEL_TEXTS: dict[type, str] = {kind: part["text"] for kind, part in _LABEL_PARTS.items()}
-
-
-@functools.lru_cache(maxsize=256)
-def _tool_label(name: str) -> TextPart:
-    return _text_part(f"\n\n[tool result: {name}]\n")
-
-
-def _label_part(message: BaseMessage) -> TextPart:
-    part = _LABEL_PARTS.get(type(message))
-    if part is not None:
-        return part
-    if isinstance(message, ToolMessage):
-        return _tool_label(message.name or "tool")
-    if isinstance(message, AIMessage):
-        return _LABEL_PARTS[AIMessage]
-    return _LABEL_PARTS[SystemMessage if isinstance(message, SystemMessage) else HumanMessage]
-
-
-def _calls_text(message: AIMessage) -> str:
-    return "".join(f"\n[assistant calls {c['name']}({c['args']!r})]" for c in message.tool_calls)
-
-
-def transcript_parts(messages: Sequence[BaseMessage]) -> list[TextPart]:
-    """The messages as transcript text parts: a label line, the text, any tool calls. A long
-    text is referenced as its own part, not copied (the HTTP client writes it once); short
-    texts and labels are joined between them, so a part is allocated per long message only."""
-    parts: list[TextPart] = []
-    short: list[str] = []
-    add = short.append
-    labels = _LABEL_TEXTS
-    for message in messages:
-        kind = type(message)
-        label = labels.get(kind)
-        if label is None:
-            label = _label_part(message)["text"]
-        add(label)
-        text = message.content
-        if type(text) is not str:
-            text = message_text(message)
-        if len(text) < SHORT_TEXT_CHARS:
-            add(text)
-        else:
-            parts.append({"type": "text", "text": "".join(short)})
-            parts.append({"type": "text", "text": text})
-            short = []
-            add = short.append
-        if kind is AIMessage and message.tool_calls:  # type: ignore[attr-defined]
-            add(_calls_text(message))  # type: ignore[arg-type]
-    if short:
-        parts.append({"type": "text", "text": "".join(short)})
-    return parts
-
-
-class Chunk(NamedTuple):
-    # Transcript text parts in order.
-    parts: list[TextPart]
-    tokens: int
-
-    @property
-    def text(self) -> str:
-        return "".join(part["text"] for part in self.parts)
-
-
-def chunk_transcript(
-    messages: Sequence[BaseMessage], tokens: Sequence[int], chunk_tokens: int
-) -> list[Chunk]:
-    """The messages as transcript parts in order, packed into chunks of at most about
-    `chunk_tokens` by their cached counts: the runs of whole messages that fit are found by
-    binary search over the cumulative counts. A message larger than a chunk is cut by
-    characters, in proportion to its count, and continues in the next chunks; nothing is left
-    out."""
-    budget = max(1, chunk_tokens)
-    prefix = list(itertools.accumulate(tokens, initial=0))
-    chunks: list[Chunk] = []
-    parts: list[TextPart] = []
-    used = 0
-    index, end = 0, len(messages)
-    while index < end:
-        if tokens[index] > budget:
-            parts, used = _cut(messages[index], tokens[index], budget, parts, used, chunks)
-            index += 1
-            continue
-        stop = bisect.bisect_right(prefix, prefix[index] + budget - used, index + 1, end + 1) - 1
-        if stop == index:  # the next message does not fit the room left: a new chunk
-            chunks.append(Chunk(parts, used))
-            parts, used = [], 0
-            continue
-        parts.extend(transcript_parts(messages[index:stop]))
-        used += prefix[stop] - prefix[index]
-        index = stop
-        if index < end and tokens[index] <= budget:
-            chunks.append(Chunk(parts, used))
-            parts, used = [], 0
-    if parts:
-        chunks.append(Chunk(parts, used))
-    return chunks
-
-
-def _cut(
-    message: BaseMessage, count: int, budget: int, parts: list[TextPart], used: int, chunks: list[Chunk]
-) -> tuple[list[TextPart], int]:
-    """Add an oversized message in pieces that fill the open chunk (`parts`, `used`) and then
-    whole chunks; returns the chunk its last piece leaves open."""
-    body = message_text(message)
-    density = len(body) / max(1, count)  # characters per token of this message
-    label = _label_part(message)["text"]
-    start, piece = 0, 1
-    while start < len(body):
-        room = budget - used
-        if room < budget // 10:
-            chunks.append(Chunk(parts, used))
-            parts, used = [], 0
-            continue
-        stop = min(len(body), start + max(1, int(room * density * SPLIT_MARGIN)))
-        note = label if piece == 1 else f"{label[:-1]} (continued, part {piece})\n"
-        parts.extend((_text_part(note), _text_part(body[start:stop])))
-        used += math.ceil((stop - start) / density)
-        start, piece = stop, piece + 1
-        if start < len(body):
-            chunks.append(Chunk(parts, used))
-            parts, used = [], 0
-    if isinstance(message, AIMessage) and message.tool_calls:
-        parts.append(_text_part(_calls_text(message)))
-    return parts, used
-
-
-def facts(text: str) -> set[str]:
-    """Numbers and identifiers (anything holding a digit) in `text`."""
-    # Most text holds no digit at all: one C-level scan rules it out.
-    return set(_FACT.findall(text)) if _DIGIT.search(text) else set()
-
-
-def retention_score(sources: Sequence[str], summary: str) -> float | None:
-    """The share of the numbers and identifiers of `sources` that the summary repeats."""
-    wanted: set[str] = set()
-    for text in sources:
-        wanted |= facts(text)
-    if not wanted:
-        return None
-    return round(sum(1 for fact in wanted if fact in summary) / len(wanted), 4)
-
-
-# ---------------------------------------------------------------------------------- the stage
 
 
 _locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -354,78 +95,6 @@ def conversation_lock(conversation_id: int) -> asyncio.Lock:
         lock = asyncio.Lock()
         _locks[conversation_id] = lock
     return lock
-
-
-class _Watchdog:
-    """One task per compaction: the `in_progress` heartbeat every few seconds, and the backstop
-    of each summarizer call (what `asyncio.wait_for` does, without a timer per call: a long
-    history makes hundreds of chunk calls). A call past its deadline is cancelled and becomes
-    `SummaryFailed("summarizer_timeout")`."""
-
-    def __init__(self, timeout: float, heartbeat: float, beat: Callable[[], None]) -> None:
-        self.timeout = timeout
-        self._heartbeat = heartbeat
-        self._beat = beat
-        self.deadline: float | None = None
-        self.fired = False
-        self.task: asyncio.Task[Any] | None = None
-        self._runner: asyncio.Task[None] | None = None
-
-    def __enter__(self) -> _Watchdog:
-        self.task = asyncio.current_task()
-        self._runner = asyncio.create_task(self._run())
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        assert self._runner is not None
-        self._runner.cancel()
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_beat = loop.time() + self._heartbeat
-        while True:
-            now = loop.time()
-            deadline = self.deadline
-            if deadline is not None and now >= deadline:
-                self.fired = True
-                assert self.task is not None
-                self.task.cancel()
-                return
-            if now >= next_beat:
-                self._beat()
-                next_beat = now + self._heartbeat
-            # Without a call running, wake within one timeout so a call started meanwhile is
-            # never overrun by more than its own deadline.
-            wake = min(next_beat, deadline if deadline is not None else now + self.timeout)
-            await asyncio.sleep(max(0.0, wake - now))
-
-    def call(self) -> _CallDeadline:
-        """`with watchdog.call(): await ...`: the deadline of one summarizer call."""
-        return self._call_deadline
-
-    @functools.cached_property
-    def _call_deadline(self) -> _CallDeadline:
-        return _CallDeadline(self)
-
-
-class _CallDeadline:
-    """A plain context manager (no coroutine, no timer) around one summarizer call."""
-
-    def __init__(self, watchdog: _Watchdog) -> None:
-        self._watchdog = watchdog
-        self._loop = asyncio.get_running_loop()
-
-    def __enter__(self) -> None:
-        watchdog = self._watchdog
-        watchdog.deadline = self._loop.time() + watchdog.timeout
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: object) -> None:
-        watchdog = self._watchdog
-        watchdog.deadline = None
-        if kind is asyncio.CancelledError and watchdog.fired:
-            assert watchdog.task is not None
-            watchdog.task.uncancel()
-            raise SummaryFailed("summarizer_timeout") from exc
 
 
 class SummaryCompactor:
@@ -466,7 +135,7 @@ class SummaryCompactor:
             "created_at": started_at,
         }
         self._status(request, CompactionRecord(status="started", **base))
-        watchdog = _Watchdog(
+        watchdog = Watchdog(
             self._timeout,
             self._heartbeat,
             lambda: self._status(request, CompactionRecord(status="in_progress", **base)),
@@ -558,7 +227,7 @@ class SummaryCompactor:
         return min(configured, math.floor((keep - fit.fixed_overhead) / fit.scale) - rest)
 
     async def _checkpoint(
-        self, request: SummaryRequest, watchdog: _Watchdog
+        self, request: SummaryRequest, watchdog: Watchdog
     ) -> tuple[list[BaseMessage], str, int, int, float | None]:
         messages, tokens, budget = request.messages, request.message_tokens, request.budget
         system_end = 0
@@ -611,11 +280,11 @@ class SummaryCompactor:
         return message.model_copy(update={"content": f"{kept} […]" if kept != text else kept})
 
     async def _summarize_chunk(
-        self, request: SummaryRequest, watchdog: _Watchdog, previous: str, chunk: Chunk
+        self, request: SummaryRequest, watchdog: Watchdog, previous: str, chunk: Chunk
     ) -> str:
         cap = request.budget.summary_max_tokens
         opening = f"<previous_summary>\n{previous}\n</previous_summary>\n\n" if previous else ""
-        wrapped = [_text_part(f"{opening}<transcript>"), *chunk.parts, _CLOSING_PART]
+        wrapped = [text_part(f"{opening}<transcript>"), *chunk.parts, _CLOSING_PART]
         # Built from known-valid parts: no validation pass over every part of a large request.
         transcript = HumanMessage.model_construct(
             content=wrapped, additional_kwargs={}, response_metadata={}, type="human", name=None, id=None
@@ -626,7 +295,7 @@ class SummaryCompactor:
             return summary
         return await self._within_cap(watchdog, request.counter, summary, cap)
 
-    async def _within_cap(self, watchdog: _Watchdog, counter: TokenCounter, summary: str, cap: int) -> str:
+    async def _within_cap(self, watchdog: Watchdog, counter: TokenCounter, summary: str, cap: int) -> str:
         """The summary under its hard cap: a second, shortening pass, then a hard cut."""
         if counter.count_text(summary) <= cap:
             return summary
@@ -637,7 +306,7 @@ class SummaryCompactor:
             return shorter
         return counter.text.head(shorter, cap)
 
-    async def _call(self, watchdog: _Watchdog, prompt: list[BaseMessage]) -> str:
+    async def _call(self, watchdog: Watchdog, prompt: list[BaseMessage]) -> str:
         """One summarizer call under the provider timeout, the watchdog's backstop and the
         overflow safety net (a request the provider finds too long is split once)."""
         try:
@@ -676,7 +345,7 @@ class SummaryCompactor:
         return SummaryFailed(f"summarizer_{failure.code}")
 
 
-_CLOSING_PART = _text_part("\n</transcript>")
+_CLOSING_PART = text_part("\n</transcript>")
 
 
 @functools.cache

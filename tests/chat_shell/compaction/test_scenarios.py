@@ -181,7 +181,7 @@ async def test_summary_after_summary_stays_under_its_cap_and_keeps_the_first_tur
         assert turn < 200
         scripted_provider.script(text(chinese_text(400, seed=turn)))
         sent = len(scripted_provider.requests)
-        await conversation.send(chinese_text(900, seed=500 + turn))
+        await conversation.send(chinese_text(1_500, seed=500 + turn))
         if conversation.checkpoint_turn != turn:
             continue
         checkpoints += 1

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from chat_shell.compression.summary_compactor import chunk_transcript, split_view
+from chat_shell.compression.split import split_view
 from chat_shell.compression.token_counter import TiktokenText, TokenCounter
+from chat_shell.compression.transcript import chunk_transcript
 from tests.conftest import DEEP
 
 EXACT = TokenCounter(TiktokenText())
