@@ -4,13 +4,21 @@ at most one compaction per conversation at a time."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from chat_shell.compression.budget import budget_for
 from chat_shell.compression.summary_compactor import SummaryCompactor
 from chat_shell.contracts import ChainMessage, ContextCompactionEvent, TurnCompleted, TurnEvent
 from chat_shell.guard.context_guard import UnifiedContextGuard
 from chat_shell.messages.convert import to_langchain
+from chat_shell.messages.markers import is_summary, markers
 from chat_shell.runtime import ChatShell
 from tests.chat_shell.conftest import MakeShell
 from tests.support.conversation import chinese_text
@@ -147,3 +155,47 @@ async def test_one_compaction_per_conversation_at_a_time(
     updates = await asyncio.gather(first, second)
     assert all("messages" in update for update in updates)
     assert len(scripted_provider.summary_requests) >= 2
+
+
+async def test_a_compaction_is_logged_traced_and_recorded_with_its_summary(
+    make_shell: MakeShell, scripted_provider: ScriptedProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    shell = small_shell(make_shell)
+    profile = shell.profile()
+    scripted_provider.script_summaries(*[text("Budget 8000 EUR; order ORD-1; Q0..Q8 answered.")] * 20)
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    compactor = SummaryCompactor(shell.summarizer(profile), conversation_id=9, checkpoint_message_id=42)
+    guard = UnifiedContextGuard(profile, emit=lambda _: None, summary_compactor=compactor)
+    history = [to_langchain(entry) for entry in long_history()]
+    history[0] = history[0].model_copy(
+        update={"content": "Budget 8000 EUR, order ORD-1. " + str(history[0].content)}
+    )
+    with caplog.at_level(logging.INFO), tracer_provider.get_tracer("test").start_as_current_span("turn"):
+        update = await guard({"messages": [*history, HumanMessage("And now?", id="latest")]})
+    (record,) = guard.compactions
+    assert record.status == "completed" and record.checkpoint_message_id == 42
+    assert record.summary_text and "ORD-1" in record.summary_text
+    assert record.retention_score is not None and 0 < record.retention_score <= 1
+    assert record.chunks and record.chunks >= 2 and record.removed_items
+    assert record.before_tokens and record.after_tokens and record.after_tokens <= SMALL["keep_tokens"]
+    summary = update["llm_input_messages"][0]
+    assert is_summary(summary) and markers(summary).summary_version == 1
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[SummaryCompact]")]
+    assert [line.split("status=")[1].split()[0] for line in lines] == ["started", "completed"]
+    (span,) = exporter.get_finished_spans()
+    (event,) = [e for e in span.events if e.name == "context_protection.summary_compact"]
+    attributes = event.attributes or {}
+    assert attributes["status"] == "completed" and attributes["chunks"] == record.chunks
+    assert attributes["tokens_saved"] == record.before_tokens - record.after_tokens
+
+
+async def test_a_profile_with_compaction_switched_off_never_summarizes(
+    make_shell: MakeShell, scripted_provider: ScriptedProvider
+) -> None:
+    shell = make_shell(profile_overrides={"gpt-4o": {**SMALL, "compaction_enabled": False}})
+    events = await compacting_turn(shell)
+    assert not scripted_provider.summary_requests and not summary_events(events)
+    assert isinstance(events[-1], TurnCompleted)
+    assert [r.strategy for r in events[-1].result.context_compactions] == ["tail_drop"]
