@@ -142,6 +142,11 @@ class UnifiedContextGuard:
             rewritten = await self._summary_stage(current, forced, upserts)
             changed = changed or rewritten
             current = self._estimate()
+            if not rewritten:
+                # A summary that failed is not retried on every later call of this attempt (a
+                # provider that is down would cost a timeout per tool round): the emergency
+                # stage carries the attempt; the next attempt or turn tries again.
+                self._summary = None
         # Forced (the provider overflowed although the estimate fit): shrink to keep or below.
         target = compaction_target(self.budget, before, forced=True) if forced else self.budget.trigger
         if current.effective > target:

@@ -21,6 +21,7 @@ from chat_shell.messages.convert import to_langchain
 from chat_shell.messages.markers import is_summary, markers
 from chat_shell.runtime import ChatShell
 from tests.chat_shell.conftest import MakeShell
+from tests.chat_shell.guard.helpers import step, tool_round
 from tests.support.conversation import chinese_text
 from tests.support.scripted_provider import (
     Reply,
@@ -199,3 +200,21 @@ async def test_a_profile_with_compaction_switched_off_never_summarizes(
     assert not scripted_provider.summary_requests and not summary_events(events)
     assert isinstance(events[-1], TurnCompleted)
     assert [r.strategy for r in events[-1].result.context_compactions] == ["tail_drop"]
+
+
+async def test_a_failed_summary_is_not_retried_on_every_later_call_of_the_attempt(
+    make_shell: MakeShell, scripted_provider: ScriptedProvider
+) -> None:
+    shell = small_shell(make_shell)
+    profile = shell.profile()
+    scripted_provider.script_summaries(*[http_error(503)] * 5)
+    compactor = SummaryCompactor(shell.summarizer(profile), conversation_id=11)
+    guard = UnifiedContextGuard(profile, emit=lambda _: None, summary_compactor=compactor)
+    state = [*[to_langchain(entry) for entry in long_history()], HumanMessage("Check the logs.", id="latest")]
+    _, state = await step(guard, state)
+    assert len(scripted_provider.summary_requests) == 1
+    for round_ in range(1, 4):  # each tool round pushes the request over the trigger again
+        _, state = await step(guard, [*state, *tool_round(round_, chinese_text(1_500, seed=round_))])
+    assert len(scripted_provider.summary_requests) == 1
+    strategies = [r.strategy for r in guard.compactions]
+    assert strategies.count("summary_compact") == 1 and strategies.count("tail_drop") >= 2
