@@ -13,6 +13,12 @@ from backend.api.limits import BodySizeLimit
 from backend.api.routes import attachments, auth, conversations, health, history, pages, turns
 from backend.context import AppContext
 from backend.db import check_schema, create_engine, session_factory
+from backend.local_model.integration import (
+    LocalModelRuntime,
+    local_model_wanted,
+    running_local_model,
+    with_local_provider,
+)
 from backend.runtime_factory import open_runtime, require_service_token, runtime_config
 from backend.services.attachment_reader import DatabaseAttachmentReader
 from backend.services.auth import Passwords
@@ -42,26 +48,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(settings.resolved_database_url)
+        engine = create_engine(
+            settings.resolved_database_url, sqlite_busy_timeout=settings.sqlite_busy_timeout_seconds
+        )
         async with AsyncExitStack() as stack:
             stack.push_async_callback(engine.dispose)
             await check_schema(engine)
             sessions = session_factory(engine)
+            effective = settings
+            local_model = None
+            if local_model_wanted(settings):
+                local_model = await stack.enter_async_context(running_local_model(settings))
+                effective = with_local_provider(settings, local_model)
             runtime = await stack.enter_async_context(
                 open_runtime(
-                    settings,
+                    effective,
                     history_loader=PackageHistoryLoader(DatabaseHistory(sessions)),
                     attachments=DatabaseAttachmentReader(sessions, settings),
                     history_browser=DatabaseHistoryBrowser(sessions),
                 )
             )
+            if local_model is not None:
+                runtime = LocalModelRuntime(runtime, local_model)
+            app.state.local_model = local_model
             broker = create_broker(settings.redis_url)
             writer = EventWriter(sessions, broker.publish)
             writer.start()
             stack.push_async_callback(broker.stop)
             stack.push_async_callback(writer.stop)
             defaults = TurnDefaults(
-                model=runtime_config(settings).model, system_prompt=settings.system_prompt
+                model=runtime_config(effective).model, system_prompt=settings.system_prompt
             )
             days = settings.event_log_retention_days
             runner = TurnRunner(

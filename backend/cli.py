@@ -1,4 +1,4 @@
-"""The `chat-shell` console script: serve, migrate, service, create-user."""
+"""The `chat-shell` console script: serve, migrate, service, create-user, local-model."""
 
 from __future__ import annotations
 
@@ -24,9 +24,13 @@ def _serve(args: argparse.Namespace, settings: Settings) -> None:
     import uvicorn
 
     from backend.app import create_app
+    from backend.local_model.integration import local_model_wanted, server_options
 
     if args.migrate:
         _migrate(settings)
+    if local_model_wanted(settings):
+        _install_local_model(settings, force=False)
+        server_options(settings)  # a missing or damaged model file stops here, with the fix
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=settings.log_level.lower())
 
 
@@ -38,6 +42,43 @@ def _service(args: argparse.Namespace, settings: Settings) -> None:
     uvicorn.run(
         create_service_app(settings), host=args.host, port=args.port, log_level=settings.log_level.lower()
     )
+
+
+def _progress(text: str) -> None:
+    print(f"local model: {text}", file=sys.stderr, flush=True)
+
+
+def _install_local_model(settings: Settings, *, force: bool) -> None:
+    from backend.local_model.installer import ensure_installed
+
+    report = ensure_installed(_progress, cache_root=settings.wheel_cache, force=force)
+    if report.installed:
+        how = "built the server wheel and installed" if report.built_wheel else "installed"
+        _progress(f"{how} in {report.seconds:.0f} s; model file {report.model_file}")
+
+
+def _local_model(args: argparse.Namespace, settings: Settings) -> None:
+    from backend.local_model import installer
+    from backend.local_model.integration import server_options
+    from backend.local_model.model_file import packaged_model_path
+    from backend.local_model.supervisor import server_command, server_env
+
+    if args.action == "install":
+        _install_local_model(settings, force=args.force)
+        print(f"local model ready: {server_options(settings).model_file}")
+    elif args.action == "status":
+        cache = installer.wheel_cache_dir(settings.wheel_cache)
+        print(f"wheel cache:   {installer.cached_wheel(cache) or f'no wheel in {cache}'}")
+        print(f"server:        {'installed' if installer.server_installed() else 'not installed'}")
+        print(f"model package: {'installed' if installer.model_installed() else 'not installed'}")
+        print(f"model file:    {settings.local_model_file or packaged_model_path()}")
+        server_options(settings)
+        print("ready to serve")
+    else:
+        options = server_options(settings)
+        command = server_command(options, args.port)
+        command[command.index("--host") + 1] = args.host
+        os.execve(command[0], command, server_env())
 
 
 async def _create_user(settings: Settings, username: str, password: str, operator: bool) -> None:
@@ -80,14 +121,29 @@ def main(argv: list[str] | None = None) -> None:
         "--password-env", metavar="VAR", help="read the password from this environment variable"
     )
 
+    local = sub.add_parser("local-model", help="install, check or serve the embedded local model")
+    local_actions = local.add_subparsers(dest="action", required=True)
+    install = local_actions.add_parser(
+        "install", help="build (once, cached) and install the server and the model"
+    )
+    install.add_argument("--force", action="store_true", help="reinstall the server and the model file")
+    local_actions.add_parser("status", help="what is installed and whether it can be served")
+    local_serve = local_actions.add_parser("serve", help="run the model server in the foreground")
+    local_serve.add_argument("--host", default="127.0.0.1")
+    local_serve.add_argument("--port", type=int, default=8080)
+
     args = parser.parse_args(argv)
     settings = get_settings()
-    if args.command in ("serve", "service"):
+    if args.command in ("serve", "service", "local-model"):
+        from backend.local_model.installer import InstallError
+        from backend.local_model.model_file import ModelFileError
+        from backend.local_model.supervisor import LocalModelError
         from backend.runtime_factory import RuntimeConfigurationError
 
+        commands = {"serve": _serve, "service": _service, "local-model": _local_model}
         try:
-            (_serve if args.command == "serve" else _service)(args, settings)
-        except RuntimeConfigurationError as exc:
+            commands[args.command](args, settings)
+        except (RuntimeConfigurationError, InstallError, ModelFileError, LocalModelError) as exc:
             raise SystemExit(f"error: {exc}") from None
     elif args.command == "migrate":
         _migrate(settings)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 from alembic.config import Config
@@ -20,25 +21,29 @@ class SchemaNotReady(RuntimeError):
     """The database is missing or behind the code's migrations."""
 
 
-def create_engine(url: str) -> AsyncEngine:
+def create_engine(url: str, *, sqlite_busy_timeout: float = 30.0) -> AsyncEngine:
+    """`sqlite_busy_timeout`: how long a SQLite writer waits for the write lock before the
+    request fails with `database_busy` (503); PostgreSQL has row locks and no such wait."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         # Connections are cheap; writers serialize in SQLite itself (WAL, busy timeout).
-        engine = create_async_engine(url, connect_args={"timeout": 30}, pool_size=20, max_overflow=80)
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        engine = create_async_engine(
+            url, connect_args={"timeout": sqlite_busy_timeout}, pool_size=20, max_overflow=80
+        )
+        event.listen(engine.sync_engine, "connect", partial(_sqlite_pragmas, sqlite_busy_timeout))
         return engine
     return create_async_engine(url, pool_size=20, max_overflow=20, pool_pre_ping=True)
 
 
-def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
+def _sqlite_pragmas(busy_timeout: float, dbapi_connection: object, _record: object) -> None:
     # WAL lets readers (SSE replay) run beside the turn writer; foreign keys enforce cascades.
     cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
     cursor.close()
 
 

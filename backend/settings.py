@@ -22,6 +22,8 @@ class Settings(BaseSettings):
     # Storage
     data_dir: Path = Path("data")
     database_url: str | None = None
+    # SQLite only: how long a write waits for the database's single write lock.
+    sqlite_busy_timeout_seconds: float = Field(default=30.0, gt=0)
     redis_url: str | None = None
 
     # Model provider. With an API key or base URL set, that provider is used instead of the local model.
@@ -31,6 +33,12 @@ class Settings(BaseSettings):
     context_window: int | None = Field(default=None, gt=0)
     max_output_tokens: int | None = Field(default=None, gt=0)
     local_model: Literal["auto", "off"] = "auto"
+    # The embedded local model: a GGUF file to serve instead of the packaged SmolLM2, the
+    # loopback port to prefer (another free one is used when it is taken), and where the
+    # once-built llama-cpp-python wheel is kept (default ~/.cache/chat-shell/wheels).
+    local_model_file: Path | None = None
+    local_model_port: int | None = Field(default=None, gt=0, lt=65536)
+    wheel_cache: Path | None = None
     provider_timeout_seconds: float = Field(default=120.0, gt=0)
     summary_timeout_seconds: float = Field(default=120.0, gt=0)
 
@@ -82,7 +90,15 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
 
     @field_validator(
-        "openai_base_url", "openai_api_key", "redis_url", "model", "service_token", mode="before"
+        "openai_base_url",
+        "openai_api_key",
+        "redis_url",
+        "model",
+        "service_token",
+        "local_model_file",
+        "local_model_port",
+        "wheel_cache",
+        mode="before",
     )
     @classmethod
     def _blank_is_none(cls, value: object) -> object:

@@ -88,6 +88,15 @@ async def _follow(client: httpx.AsyncClient, cid: int, latencies: list[float]) -
     return len(seqs), terminal == "turn.completed" and seqs == list(range(1, len(seqs) + 1))
 
 
+async def _send(client: httpx.AsyncClient, cid: int) -> httpx.Response:
+    """Sends like a well-behaved client: a 503 `database_busy` is retried after Retry-After."""
+    while True:
+        response = await client.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
+        if response.status_code != 503:
+            return response
+        await asyncio.sleep(float(response.headers.get("retry-after", "1")))
+
+
 async def _load(base_url: str, turns: int, tokens: int) -> None:
     client = await _client(base_url)
     conversations = [
@@ -96,9 +105,7 @@ async def _load(base_url: str, turns: int, tokens: int) -> None:
     ]
     latencies: list[float] = []
     start = time.perf_counter()
-    sends = await asyncio.gather(
-        *(client.post(f"/api/conversations/{cid}/messages", json={"content": "go"}) for cid in conversations)
-    )
+    sends = await asyncio.gather(*(_send(client, cid) for cid in conversations))
     errors = sum(response.status_code != 202 for response in sends)
     for response in sends:
         if response.status_code != 202:

@@ -7,6 +7,8 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,18 @@ def install_error_handlers(app: FastAPI) -> None:
         where = ".".join(first["loc"][1:]) or "body"
         return JSONResponse(
             error_body("validation_error", f"{where}: {first['message']}", errors=problems), status_code=422
+        )
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(PoolTimeout)
+    async def _database_busy(_: Request, exc: Exception) -> JSONResponse:
+        # A locked SQLite database, an exhausted pool or an unreachable server: the request's
+        # transaction rolled back, so nothing of it is stored and the client may simply retry.
+        log.warning("database unavailable: %s", exc)
+        return JSONResponse(
+            error_body("database_busy", "the database is busy; nothing was stored, retry shortly"),
+            status_code=503,
+            headers={"Retry-After": "1"},
         )
 
     @app.exception_handler(Exception)

@@ -24,13 +24,3 @@ class AttachmentOut(BaseModel):
     parse_notes: dict[str, Any]
     download_url: str
     created_at: datetime
-
-
-class AttachmentTextPage(BaseModel):
-    attachment_id: int
-    offset: int
-    text: str
-    next_offset: int
-    total_chars: int
-    has_more: bool
-    truncated_at_parse: bool

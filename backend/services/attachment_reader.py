@@ -33,18 +33,7 @@ class DatabaseAttachmentReader:
         if offset < 0 or limit_chars < 0:
             raise ValueError("offset and limit must not be negative")
         row = self._readable(await self._load(conversation_id, attachment_id))
-        total = row.extracted_chars
-        start = min(offset, total)
-        text = await attachment_service.read_text(self._settings, row, start, min(limit_chars, total - start))
-        return AttachmentPage(
-            attachment_id=row.id,
-            offset=start,
-            text=text,
-            next_offset=start + len(text),
-            total_chars=total,
-            has_more=start + len(text) < total,
-            truncated_at_parse=bool((row.parse_notes or {}).get("truncated_at_parse")),
-        )
+        return await attachment_service.read_page(self._settings, row, offset, limit_chars)
 
     async def tail(self, conversation_id: int, attachment_id: int, chars: int) -> str:
         row = self._readable(await self._load(conversation_id, attachment_id))

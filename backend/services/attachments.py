@@ -31,7 +31,7 @@ from backend.services.extraction.detection import detect
 from backend.services.extraction.store import INDEX_NAME, TEXT_NAME, index_path, read_chars
 from backend.services.uploads import ReceivedFile
 from backend.settings import Settings
-from chat_shell.contracts import AttachmentRef
+from chat_shell.contracts import AttachmentPage, AttachmentRef
 
 ROOT = "attachments"
 ORIGINAL_NAME = "original"
@@ -193,6 +193,22 @@ async def read_text(settings: Settings, row: Attachment, offset: int, limit: int
     if row.extracted_path:
         return await asyncio.to_thread(read_chars, absolute(settings, row.extracted_path), offset, limit)
     return (row.extracted_text or "")[offset : offset + limit]
+
+
+async def read_page(settings: Settings, row: Attachment, offset: int, limit: int) -> AttachmentPage:
+    """A page of the extracted text starting at `offset` (clamped to the end), at most `limit` long."""
+    total = row.extracted_chars
+    start = min(offset, total)
+    text = await read_text(settings, row, start, min(limit, total - start))
+    return AttachmentPage(
+        attachment_id=row.id,
+        offset=start,
+        text=text,
+        next_offset=start + len(text),
+        total_chars=total,
+        has_more=start + len(text) < total,
+        truncated_at_parse=bool((row.parse_notes or {}).get("truncated_at_parse")),
+    )
 
 
 async def delete(db: AsyncSession, settings: Settings, row: Attachment) -> None:

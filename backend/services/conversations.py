@@ -31,10 +31,15 @@ USER_VISIBLE_RESULT_KEYS = (
 
 
 async def get_owned(db: AsyncSession, user: User, conversation_id: int) -> Conversation:
+    return await get_for_owner(db, user.id, conversation_id)
+
+
+async def get_for_owner(db: AsyncSession, owner_id: int, conversation_id: int) -> Conversation:
+    """The live conversation of `owner_id`; anyone else's or a deleted one is "not found"."""
     conversation = await db.scalar(
         select(Conversation).where(
             Conversation.id == conversation_id,
-            Conversation.owner_id == user.id,
+            Conversation.owner_id == owner_id,
             Conversation.deleted_at.is_(None),
         )
     )

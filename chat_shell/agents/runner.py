@@ -257,14 +257,20 @@ class TurnExecution:
         """Stream the graph until it ends or the turn is cancelled."""
         stream_task = asyncio.create_task(self._consume(graph, seed, config, context))
         cancel_task = asyncio.create_task(self.cancel.wait())
+        stopped = False
         try:
             await asyncio.wait({stream_task, cancel_task}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             cancel_task.cancel()
             if not stream_task.done():
                 stream_task.cancel()
+                stopped = True
                 await asyncio.wait({stream_task})
-        if stream_task.cancelled():
+        # A cancelled read can surface as an httpx timeout (anyio turns the cancellation inside
+        # its deadline scope into TimeoutError), so what we stopped is cancelled whatever it raised.
+        if stopped or stream_task.cancelled():
+            if not stream_task.cancelled():
+                stream_task.exception()
             return "cancelled"
         stream_task.result()
         return "completed"

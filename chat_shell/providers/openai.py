@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from langchain_core.language_models import LanguageModelInput
 from langchain_openai import ChatOpenAI
 
 from chat_shell.providers.profiles import ModelProfile
@@ -19,13 +21,40 @@ class ProviderConfig:
     max_retries: int = 1
 
 
+def join_text_parts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request's messages with text-only content part lists joined into one string."""
+    joined = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list) and all(
+            isinstance(part, dict) and part.get("type") == "text" for part in content
+        ):
+            message = {**message, "content": "".join(part["text"] for part in content)}
+        joined.append(message)
+    return joined
+
+
+class StringContentChatOpenAI(ChatOpenAI):
+    """For servers whose chat template concatenates `content` as a string (llama.cpp serving a
+    GGUF chat template fails on a list of parts): text parts are sent as one string."""
+
+    def _get_request_payload(
+        self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        payload = super()._get_request_payload(input_, stop=stop, **kwargs)
+        if "messages" in payload:
+            payload["messages"] = join_text_parts(payload["messages"])
+        return payload
+
+
 def create_chat_model(profile: ModelProfile, config: ProviderConfig) -> ChatOpenAI:
     """A `ChatOpenAI` for `profile` against `config`'s endpoint.
 
     `stream_usage=True` always: with a custom `base_url` langchain-openai leaves it off, so no
     `stream_options` are sent and streamed responses carry no usage at all.
     """
-    return ChatOpenAI(
+    model_class = StringContentChatOpenAI if profile.string_content_only else ChatOpenAI
+    return model_class(
         model=profile.name,
         base_url=config.base_url,
         api_key=config.api_key,

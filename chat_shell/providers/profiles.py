@@ -32,6 +32,8 @@ class ModelProfile:
     # Whether the provider reports usage on streamed responses (calibration falls back to
     # local counts when it does not, and metrics say so).
     streams_usage: bool = True
+    # Whether the provider takes message content only as a string, not as a list of parts.
+    string_content_only: bool = False
     # Guard overrides; None means "derive from the window" (see compression.budget).
     trigger_tokens: int | None = None
     keep_tokens: int | None = None
@@ -72,8 +74,16 @@ _BUILTIN: dict[str, ModelProfile] = {
         ModelProfile("deepseek-chat", 128_000, 8_192, counter="estimate", cjk_chars_per_token=1.7),
         ModelProfile("qwen", 131_072, 8_192, counter="estimate", cjk_chars_per_token=1.5),
         # The embedded local model (SmolLM2-135M served by llama.cpp with n_ctx 4096). The
-        # server does not stream usage, so calibration relies on local counts.
-        ModelProfile(LOCAL_MODEL_NAME, 4_096, 512, counter="estimate", streams_usage=False),
+        # server does not stream usage, so calibration relies on local counts, and its chat
+        # template takes string content only.
+        ModelProfile(
+            LOCAL_MODEL_NAME,
+            4_096,
+            512,
+            counter="estimate",
+            streams_usage=False,
+            string_content_only=True,
+        ),
     )
 }
 

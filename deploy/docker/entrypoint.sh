@@ -29,7 +29,7 @@ case "$role" in
     exec chat-shell service --host "$host" --port "${PORT:-8100}" "$@"
     ;;
   model)
-    exec chat-shell local-model --host "$host" --port "${PORT:-8080}" "$@"
+    exec chat-shell local-model serve --host "$host" --port "${PORT:-8080}" "$@"
     ;;
   *)
     exec "$role" "$@"

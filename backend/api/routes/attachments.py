@@ -15,9 +15,10 @@ from fastapi.responses import FileResponse
 from backend.api.deps import Ctx, CurrentUser, Db
 from backend.api.errors import ApiError, not_found
 from backend.models import Attachment, AttachmentStatus
-from backend.schemas.attachments import AttachmentOut, AttachmentTextPage
+from backend.schemas.attachments import AttachmentOut
 from backend.services import attachments
 from backend.services.uploads import CONVERSATION_FIELD, FILE_FIELD, receive_file
+from chat_shell.contracts import AttachmentPage
 
 router = APIRouter(prefix="/api/attachments", tags=["attachments"])
 MAX_TEXT_PAGE = 100_000
@@ -135,7 +136,7 @@ async def download_attachment(
     )
 
 
-@router.get("/{attachment_id}/text", response_model=AttachmentTextPage)
+@router.get("/{attachment_id}/text", response_model=AttachmentPage)
 async def read_attachment_text(
     attachment_id: AttachmentId,
     user: CurrentUser,
@@ -143,7 +144,7 @@ async def read_attachment_text(
     ctx: Ctx,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_TEXT_PAGE)] = 20_000,
-) -> AttachmentTextPage:
+) -> AttachmentPage:
     """A page of the extracted text by character offset (code points, never a split character)."""
     row = await attachments.get_owned(db, user, attachment_id)
     if row.status != AttachmentStatus.READY:
@@ -151,18 +152,7 @@ async def read_attachment_text(
         raise ApiError(
             409, "attachment_has_no_text", f"attachment {attachment_id} has no extracted text: {reason}"
         )
-    total = row.extracted_chars
-    start = min(offset, total)
-    text = await attachments.read_text(ctx.settings, row, start, min(limit, total - start))
-    return AttachmentTextPage(
-        attachment_id=row.id,
-        offset=start,
-        text=text,
-        next_offset=start + len(text),
-        total_chars=total,
-        has_more=start + len(text) < total,
-        truncated_at_parse=bool((row.parse_notes or {}).get("truncated_at_parse")),
-    )
+    return await attachments.read_page(ctx.settings, row, offset, limit)
 
 
 @router.delete("/{attachment_id}", status_code=status.HTTP_204_NO_CONTENT)

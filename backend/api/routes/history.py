@@ -66,16 +66,7 @@ async def _by_capability(db: AsyncSession, ctx: AppContext, conversation_id: int
         raise ApiError(401, "invalid_capability", str(exc)) from None
     if grant.conversation_id != conversation_id:
         raise not_found("conversation")
-    conversation = await db.scalar(
-        select(Conversation).where(
-            Conversation.id == conversation_id,
-            Conversation.owner_id == grant.owner_id,
-            Conversation.deleted_at.is_(None),
-        )
-    )
-    if conversation is None:
-        raise not_found("conversation")
-    return conversation
+    return await conversations.get_for_owner(db, grant.owner_id, conversation_id)
 
 
 async def readable_conversation(

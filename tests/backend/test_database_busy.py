@@ -1,0 +1,46 @@
+"""A send that cannot get SQLite's write lock fails clearly and stores nothing."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from sqlalchemy.engine import make_url
+
+from backend.app import create_app
+from backend.settings import Settings
+from tests.support.api import new_user
+from tests.support.scripted_provider import ScriptedProvider, text
+from tests.support.servers import serve
+
+
+async def test_a_locked_database_answers_503_and_the_retry_succeeds(
+    sqlite_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
+) -> None:
+    settings = make_settings(
+        sqlite_url, openai_base_url=scripted_provider.base_url, sqlite_busy_timeout_seconds=0.2
+    )
+    scripted_provider.script(text("hello back"))
+    async with serve(create_app(settings)) as base_url:
+        client = await new_user(base_url, "busy")
+        cid = (await client.post("/api/conversations", json={"title": "t"})).json()["id"]
+        # Another process holds the write lock (a long migration, a backup, another replica).
+        holder = sqlite3.connect(make_url(sqlite_url).database, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            refused = await client.post(f"/api/conversations/{cid}/messages", json={"content": "hi"})
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert refused.status_code == 503
+        assert refused.json()["code"] == "database_busy"
+        assert refused.headers["retry-after"] == "1"
+        assert (await client.get(f"/api/conversations/{cid}/messages")).json()["items"] == []
+
+        sent = await client.post(f"/api/conversations/{cid}/messages?wait=true", json={"content": "hi"})
+        assert sent.status_code == 200
+        messages = (await client.get(f"/api/conversations/{cid}/messages")).json()["items"]
+        assert [m["role"] for m in messages] == ["user", "assistant"]
+        assert {m["status"] for m in messages} == {"completed"}
+        assert messages[0]["content"] == "hi" and messages[1]["result"]["value"] == "hello back"
+        await client.aclose()
