@@ -21,7 +21,6 @@ import logging
 import math
 import uuid
 import weakref
-from collections.abc import Callable
 from datetime import UTC, datetime
 from time import perf_counter
 from typing import Any
@@ -108,14 +107,12 @@ class SummaryCompactor:
         checkpoint_message_id: int | None = None,
         timeout_seconds: float = 120.0,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
-        ids: Callable[[], str] | None = None,
     ) -> None:
         self._summarize = summarize
         self._conversation_id = conversation_id
         self._checkpoint_message_id = checkpoint_message_id
         self._timeout = timeout_seconds
         self._heartbeat = heartbeat_seconds
-        self._new_id = ids or (lambda: f"ckpt-{uuid.uuid4().hex}")
 
     async def __call__(self, request: SummaryRequest) -> SummaryOutcome:
         async with conversation_lock(self._conversation_id):
@@ -214,7 +211,7 @@ class SummaryCompactor:
 
     # -- the checkpoint ------------------------------------------------------------------
 
-    def tail_budget(self, request: SummaryRequest, system_tokens: int) -> int:
+    def _tail_budget(self, request: SummaryRequest, system_tokens: int) -> int:
         """Local tokens the kept tail may take so that the request after compaction, fixed
         overhead and summary included, is estimated at most `keep` by every estimate."""
         budget, fit = request.budget, request.estimate.fit
@@ -233,7 +230,8 @@ class SummaryCompactor:
         system_end = 0
         while system_end < len(messages) and isinstance(messages[system_end], SystemMessage):
             system_end += 1
-        split = split_view(messages, tokens, self.tail_budget(request, sum(tokens[:system_end])), budget.keep)
+        tail_budget = self._tail_budget(request, sum(tokens[:system_end]))
+        split = split_view(messages, tokens, tail_budget, budget.keep)
         if not split.summarized:
             raise SummaryFailed("nothing_to_summarize")
         summarized = [m for part in split.summarized for m in messages[part.start : part.stop]]
@@ -251,7 +249,7 @@ class SummaryCompactor:
         if not summary.strip():
             raise SummaryFailed("empty_summary")
         summary_message = with_markers(
-            HumanMessage(f"{SUMMARY_OPENING}\n\n{summary}", id=self._new_id()),
+            HumanMessage(f"{SUMMARY_OPENING}\n\n{summary}", id=_new_id()),
             summary_compacted=True,
             summary_version=SUMMARY_VERSION,
         )
@@ -268,7 +266,7 @@ class SummaryCompactor:
         return kept, summary, len(summarized), len(chunks), score
 
     def _retain(self, message: BaseMessage) -> BaseMessage:
-        clone = message.model_copy(update={"id": self._new_id()})
+        clone = message.model_copy(update={"id": _new_id()})
         return with_markers(clone, checkpoint_retained=True)
 
     @staticmethod
@@ -351,6 +349,11 @@ _CLOSING_PART = text_part("\n</transcript>")
 @functools.cache
 def _instructions(cap: int) -> SystemMessage:
     return SystemMessage(SUMMARY_INSTRUCTIONS.format(cap=cap))
+
+
+def _new_id() -> str:
+    """A fresh id for a summary or a retained clone: the finalizer keeps what the turn made."""
+    return f"ckpt-{uuid.uuid4().hex}"
 
 
 def _summary_body(message: BaseMessage) -> str:
