@@ -69,6 +69,9 @@ def runtime_config(settings: Settings) -> RuntimeConfig:
         context_window=settings.context_window,
         max_output_tokens=settings.max_output_tokens,
         tool_call_limit=settings.tool_call_limit,
+        summary_timeout_seconds=settings.summary_timeout_seconds,
+        compaction_heartbeat_seconds=settings.compaction_heartbeat_seconds,
+        profile_overrides=settings.profile_overrides,
     )
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from chat_shell.providers.profiles import check_overrides
 
 
 class Settings(BaseSettings):
@@ -39,6 +41,18 @@ class Settings(BaseSettings):
     wheel_cache: Path | None = None
     provider_timeout_seconds: float = Field(default=120.0, gt=0)
     summary_timeout_seconds: float = Field(default=120.0, gt=0)
+
+    # Summary compaction (SPEC 4, 5.3), for every model unless `profiles` says otherwise.
+    compaction_enabled: bool = True
+    compaction_trigger_tokens: int | None = Field(default=None, gt=0)
+    compaction_keep_tokens: int | None = Field(default=None, gt=0)
+    compaction_chunk_tokens: int | None = Field(default=None, gt=0)
+    compaction_overhead_tokens: int | None = Field(default=None, ge=0)
+    summary_max_tokens: int | None = Field(default=None, gt=0)
+    compaction_heartbeat_seconds: float = Field(default=5.0, gt=0)
+    # Per-model profile fields as JSON, e.g. {"gpt-4o": {"trigger_tokens": 49152, "keep_tokens":
+    # 24000}}; "*" applies to every model. Wins over the flat settings above.
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     # Where chat_shell runs: in this process, or as its own service reached over HTTP.
     runtime_mode: Literal["package", "service"] = "package"
@@ -95,6 +109,30 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite+aiosqlite:///{(self.data_dir / 'chat_shell.db').resolve()}"
+
+    @field_validator("profiles")
+    @classmethod
+    def _known_profile_fields(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        check_overrides(value)
+        return value
+
+    @property
+    def profile_overrides(self) -> dict[str, dict[str, Any]]:
+        """The profile fields configuration sets, per model id ("*": every model)."""
+        flat = {
+            "trigger_tokens": self.compaction_trigger_tokens,
+            "keep_tokens": self.compaction_keep_tokens,
+            "trim_tokens_to_summarize": self.compaction_chunk_tokens,
+            "overhead_tokens": self.compaction_overhead_tokens,
+            "summary_max_tokens": self.summary_max_tokens,
+        }
+        every = {key: value for key, value in flat.items() if value is not None}
+        if not self.compaction_enabled:
+            every["compaction_enabled"] = False
+        overrides = {model: dict(values) for model, values in self.profiles.items()}
+        if every:
+            overrides["*"] = {**every, **overrides.get("*", {})}
+        return overrides
 
     @property
     def uses_remote_provider(self) -> bool:

@@ -16,14 +16,16 @@ the request's `backend` access (service mode, `chat_shell.host.remote.RemoteHost
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.state import CompiledStateGraph
 
 from chat_shell.agents.builder import build_agent
 from chat_shell.agents.runner import TurnExecution, TurnSetup
+from chat_shell.compression.budget import budget_for
 from chat_shell.compression.token_counter import text_counter_for
 from chat_shell.contracts import (
     TERMINAL_EVENT_TYPES,
@@ -34,11 +36,12 @@ from chat_shell.contracts import (
     TurnRequest,
 )
 from chat_shell.guard.factory import build_guard
-from chat_shell.guard.protocol import GuardFactory
+from chat_shell.guard.protocol import GuardFactory, Summarizer
 from chat_shell.host import FixedHost, Host, TurnServices
 from chat_shell.observability.turn_telemetry import TurnTelemetry
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
 from chat_shell.providers.profiles import ModelProfile, resolve_profile
+from chat_shell.providers.summarizer import ModelSummarizer
 from chat_shell.tools.registry import ToolRegistry, default_tools
 
 
@@ -56,6 +59,11 @@ class RuntimeConfig:
     truncation_retries: int = 3
     # Used when a request carries no system prompt of its own.
     system_prompt: str | None = None
+    # Summary compaction: the summarizer call's time limit and the heartbeat interval.
+    summary_timeout_seconds: float = 120.0
+    compaction_heartbeat_seconds: float = 5.0
+    # Per-profile guard settings (SPEC 4): model id -> ModelProfile fields; "*" applies to all.
+    profile_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 class ChatShell:
@@ -79,6 +87,7 @@ class ChatShell:
         self._guard_factory = guard_factory or build_guard
         self._host = host or FixedHost(TurnServices(history_loader, attachments, history_browser))
         self._graphs: dict[tuple[str, int, bool], CompiledStateGraph] = {}
+        self._summarizers: dict[tuple[str, int], Summarizer] = {}
         # Load the default model's tokenizer now, not inside the first turn (it takes ~0.3 s).
         text_counter_for(self.profile())
 
@@ -87,6 +96,7 @@ class ChatShell:
             model or self.config.model,
             context_window=self.config.context_window,
             max_output_tokens=self.config.max_output_tokens,
+            overrides=self.config.profile_overrides,
         )
 
     def graph(self, profile: ModelProfile, *, answer_only: bool) -> CompiledStateGraph:
@@ -99,6 +109,20 @@ class ChatShell:
             )
             self._graphs[key] = graph
         return graph
+
+    def summarizer(self, profile: ModelProfile) -> Summarizer:
+        """The model summary compaction calls: the turn's model, non-streaming, with the summary
+        timeout and room for a summary twice its cap (a longer one gets a shortening pass)."""
+        cap = budget_for(profile).summary_max_tokens
+        key = (profile.name, cap)
+        summarizer = self._summarizers.get(key)
+        if summarizer is None:
+            model = create_chat_model(
+                replace(profile, max_output_tokens=min(profile.max_output_tokens, 2 * cap)),
+                replace(self.config.provider, timeout_seconds=self.config.summary_timeout_seconds),
+            )
+            summarizer = self._summarizers[key] = ModelSummarizer(model)
+        return summarizer
 
     async def checkpoint_count(self) -> int:
         """Checkpoints held for any thread (zero whenever no turn is running)."""
@@ -120,6 +144,9 @@ class ChatShell:
             truncation_retries=self.config.truncation_retries,
             system_prompt=request.system_prompt or self.config.system_prompt,
             services=self._host.services(request),
+            summarizer=self.summarizer(profile),
+            summary_timeout_seconds=self.config.summary_timeout_seconds,
+            compaction_heartbeat_seconds=self.config.compaction_heartbeat_seconds,
         )
         queue: asyncio.Queue[TurnEvent | None] = asyncio.Queue()
         execution = TurnExecution(

@@ -211,10 +211,15 @@ async def finish_turn(
     assert message is not None and turn is not None
     message.status = _MESSAGE_STATUS[terminal]
     document = result_document(result, error)
-    if not result.messages_chain and message.has_checkpoint:
-        # A turn that ended outside the runtime (its service connection broke, say) reports no
-        # chain: the checkpoint it stored when it compacted stays, so the next turn starts there.
-        document["messages_chain"] = (message.result or {}).get("messages_chain", [])
+    if message.has_checkpoint and not has_summary(result.messages_chain):
+        # The turn compacted, but its final state did not keep the checkpoint (it ended outside
+        # the runtime, or a stop lost the graph state): the checkpoint stored when it was made
+        # stays, followed by whatever else the turn reported, so the next turn starts there.
+        stored = (message.result or {}).get("messages_chain", [])
+        held = {entry.get("id") for entry in stored}
+        document["messages_chain"] = stored + [
+            entry for entry in document["messages_chain"] if entry.get("id") not in held
+        ]
     else:
         message.has_checkpoint = has_summary(result.messages_chain)
     message.result = document

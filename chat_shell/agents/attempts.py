@@ -37,6 +37,8 @@ class AttemptPlan:
     # One tool-less model call (the tool-limit recovery reply).
     answer_only: bool = False
     truncation_retries: int = 0
+    # Overflow retries so far in this turn (at most one: SPEC 5.4).
+    overflow_retries: int = 0
 
     @classmethod
     def first(cls, messages: Sequence[BaseMessage]) -> AttemptPlan:
@@ -61,6 +63,7 @@ class AttemptPlan:
             force_compaction=force_compaction,
             answer_only=answer_only,
             truncation_retries=self.truncation_retries + (reason == "truncation_retry"),
+            overflow_retries=self.overflow_retries + (reason == "overflow_retry"),
         )
 
 
@@ -74,8 +77,29 @@ class AttemptOutcome:
     refusal: ContextRefused | None = None
 
 
+OVERFLOW_REFUSAL = (
+    "This conversation no longer fits {model}'s context window ({available:,} input tokens): the "
+    "provider rejected the request as too long, and again after the earlier turns were summarized. "
+    "Start a new conversation, or send a shorter message."
+)
+
+
+def is_overflow(outcome: AttemptOutcome) -> bool:
+    return outcome.failure is not None and outcome.failure.code == "context_overflow"
+
+
 def next_attempt(outcome: AttemptOutcome, *, max_truncation_retries: int) -> AttemptPlan | None:
     plan = outcome.plan
+    if is_overflow(outcome) and plan.overflow_retries == 0:
+        # The provider counted more than our estimate: compact whatever the estimate says and
+        # retry once, as the same kind of call (a recovery reply stays a recovery reply).
+        return plan.retry(
+            "overflow_retry",
+            outcome.messages,
+            guidance=plan.guidance,
+            force_compaction=True,
+            answer_only=plan.answer_only,
+        )
     if outcome.ending == "step_limit" and not plan.answer_only:
         return plan.retry(
             "tool_limit_recovery", outcome.messages, guidance=TOOL_LIMIT_GUIDANCE, answer_only=True
@@ -88,3 +112,17 @@ def next_attempt(outcome: AttemptOutcome, *, max_truncation_retries: int) -> Att
             guidance=truncation_guidance(attempt, max_truncation_retries),
         )
     return None
+
+
+def refuse_repeated_overflow(outcome: AttemptOutcome, *, model: str, available_tokens: int) -> AttemptOutcome:
+    """An overflow after the overflow retry ends the turn with the clear refusal of SPEC 5.2.5,
+    never another retry; any other outcome is returned as is."""
+    if not is_overflow(outcome) or outcome.plan.overflow_retries == 0:
+        return outcome
+    refusal = ContextRefused(
+        OVERFLOW_REFUSAL.format(model=model, available=available_tokens),
+        # The provider's own count is not known; it is more than the window holds.
+        needed_tokens=available_tokens,
+        available_tokens=available_tokens,
+    )
+    return replace(outcome, ending="refused", refusal=refusal)

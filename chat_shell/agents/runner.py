@@ -21,7 +21,13 @@ from langgraph.errors import GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 
 from chat_shell.agents.attempt_guidance import AttemptGuidance
-from chat_shell.agents.attempts import AttemptOutcome, AttemptPlan, Ending, next_attempt
+from chat_shell.agents.attempts import (
+    AttemptOutcome,
+    AttemptPlan,
+    Ending,
+    next_attempt,
+    refuse_repeated_overflow,
+)
 from chat_shell.agents.builder import AttemptRuntime, ToolCallTruncated, recursion_limit
 from chat_shell.agents.finalizer import (
     finalize_turn,
@@ -32,6 +38,7 @@ from chat_shell.agents.finalizer import (
 from chat_shell.agents.serializer import serialize_chain
 from chat_shell.agents.transcript import TurnTranscript
 from chat_shell.agents.turn_context import TurnContext
+from chat_shell.compression.budget import budget_for
 from chat_shell.contracts import (
     ChainMessage,
     TerminationReason,
@@ -44,7 +51,7 @@ from chat_shell.contracts import (
     TurnStarted,
 )
 from chat_shell.guard.composition import chain_pre_model_hooks
-from chat_shell.guard.protocol import ContextRefused, GuardContext, GuardFactory, TurnGuard
+from chat_shell.guard.protocol import ContextRefused, GuardContext, GuardFactory, Summarizer, TurnGuard
 from chat_shell.host import TurnServices
 from chat_shell.messages.convert import initial_messages
 from chat_shell.messages.markers import is_summary, markers
@@ -77,6 +84,10 @@ class TurnSetup:
     system_prompt: str | None
     # What the host serves this turn (history, attachments, the user-visible record).
     services: TurnServices
+    # Summary compaction's model call (None: the guard has no summary stage).
+    summarizer: Summarizer | None = None
+    summary_timeout_seconds: float = 120.0
+    compaction_heartbeat_seconds: float = 5.0
 
 
 class _HistoryUnavailable(Exception):
@@ -143,6 +154,9 @@ class TurnExecution:
             plan := next_attempt(outcome, max_truncation_retries=self.setup.truncation_retries)
         ) is not None:
             outcome = await self._attempt(plan, turn)
+        outcome = refuse_repeated_overflow(
+            outcome, model=profile.name, available_tokens=budget_for(profile).available_input
+        )
         self._finish(outcome, turn)
 
     async def _history(self) -> list[ChainMessage]:
@@ -179,6 +193,10 @@ class TurnExecution:
                 original_input_ids=turn.original_input_ids,
                 attachments=setup.services.attachments,
                 force_compaction=plan.force_compaction,
+                summarizer=setup.summarizer,
+                summary_timeout_seconds=setup.summary_timeout_seconds,
+                compaction_heartbeat_seconds=setup.compaction_heartbeat_seconds,
+                assistant_message_id=self.request.assistant_message_id,
             )
         )
         self.guards.append(guard)

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from time import perf_counter
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
+from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, SystemMessage, ToolMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from chat_shell.compression import metrics as context_metrics
@@ -40,10 +40,16 @@ from chat_shell.contracts import (
     ContextState,
 )
 from chat_shell.guard.protocol import ContextRefused, EventSink
-from chat_shell.guard.stages import GuardSource, SourceContext, SummaryCompactor, SummaryRequest
+from chat_shell.guard.stages import (
+    GuardSource,
+    SourceContext,
+    SummaryCompactor,
+    SummaryRequest,
+    compaction_target,
+)
 from chat_shell.guard.tool_output import ToolOutputSource
 from chat_shell.guard.view import ContextView
-from chat_shell.messages.markers import MARKER_KEY, with_markers
+from chat_shell.messages.markers import MARKER_KEY, is_summary, with_markers
 from chat_shell.providers.profiles import ModelProfile
 from chat_shell.telemetry import record_protection
 
@@ -128,16 +134,28 @@ class UnifiedContextGuard:
         upserts: dict[str, BaseMessage] = {}
         rewritten = False
         changed = self._source_stage(upserts)
-        current = self._estimate()
+        current = before = self._estimate()
+        # A user message that alone exceeds the input is refused before anything is summarized.
+        if self._oversized_user() is not None:
+            self._check_fits(current, phase)
         if self._summary is not None and (forced or current.effective >= self.budget.trigger):
             rewritten = await self._summary_stage(current, forced, upserts)
             changed = changed or rewritten
             current = self._estimate()
-        # Forced (the provider overflowed although the estimate fit): shrink to keep.
-        target = self.budget.keep if forced else self.budget.trigger
+            if not rewritten:
+                # A summary that failed is not retried on every later call of this attempt (a
+                # provider that is down would cost a timeout per tool round): the emergency
+                # stage carries the attempt; the next attempt or turn tries again.
+                self._summary = None
+        # Forced (the provider overflowed although the estimate fit): shrink to keep or below.
+        target = compaction_target(self.budget, before, forced=True) if forced else self.budget.trigger
         if current.effective > target:
             current, truncated = self._emergency_stage(current, target, upserts)
             changed = changed or truncated
+        if current.effective > target:
+            current, dropped = self._drop_tail(current, target, upserts)
+            rewritten = rewritten or dropped
+            changed = changed or dropped
         self._check_fits(current, phase)
 
         self._record_request(current)
@@ -397,6 +415,68 @@ class UnifiedContextGuard:
         )
         return current, True
 
+    def _drop_tail(
+        self, current: Estimate, target: int, upserts: dict[str, BaseMessage]
+    ) -> tuple[Estimate, bool]:
+        """The last resort before refusal: drop the oldest messages after the system prompt and
+        summary, whole tool rounds at a time, until the estimate is within `target`. The latest
+        user message and the newest round after it (what the model must answer) always stay."""
+        view = self._view
+        started = perf_counter()
+        shown = view.shown
+        first = 0
+        while first < len(view) and (isinstance(shown[first], SystemMessage) or is_summary(shown[first])):
+            first += 1
+        # Groups of indices: a message, with the tool results that answer it.
+        groups: list[list[int]] = []
+        for index in range(first, len(view)):
+            if isinstance(shown[index], ToolMessage) and groups:
+                groups[-1].append(index)
+            else:
+                groups.append([index])
+        latest = view.latest_human
+        before = [g for g in groups if latest is None or g[0] < latest]
+        after = [g for g in groups if latest is not None and g[0] > latest][:-1]
+        local, dropped = current.local, set[int]()
+        projected = current
+        for group in [*before, *after]:
+            if projected.effective <= target:
+                break
+            dropped.update(group)
+            local -= sum(view.tokens[i] for i in group)
+            # A rewrite voids the provider's report: the calibrated estimates remain.
+            projected = estimate(
+                local, overhead_tokens=self.budget.overhead_tokens, fit=current.fit, reported=None
+            )
+        if not dropped:
+            return current, False
+        kept = [message for index, message in enumerate(shown) if index not in dropped]
+        upserts.clear()
+        self._observe(view.sync(kept))
+        self._source_stage(upserts)
+        after_estimate = self._estimate()
+        record = CompactionRecord(
+            strategy="tail_drop",
+            status="completed",
+            before_tokens=current.effective,
+            after_tokens=after_estimate.effective,
+            trigger=self.budget.trigger,
+            keep=self.budget.keep,
+            removed_items=len(dropped),
+            duration_ms=round((perf_counter() - started) * 1000, 3),
+            created_at=datetime.now(UTC),
+        )
+        self._compactions.append(record)
+        self._emit(ContextCompactionEvent(record=record))
+        logger.warning(
+            "[UnifiedContextGuard] emergency tail drop removed=%d tokens %d->%d target=%d",
+            len(dropped),
+            current.effective,
+            after_estimate.effective,
+            target,
+        )
+        return after_estimate, True
+
     def _trace(self, cuts: Mapping[str, _Cut], *, emergency: bool) -> None:
         for name, cut in cuts.items():
             record_protection(
@@ -409,14 +489,21 @@ class UnifiedContextGuard:
                 emergency=emergency,
             )
 
-    def _check_fits(self, current: Estimate, phase: str) -> None:
+    def _oversized_user(self) -> int | None:
+        """The tokens of the latest user message when it alone exceeds the available input."""
         view = self._view
+        if view.latest_human is None or view.tokens[view.latest_human] <= self.budget.available_input:
+            return None
+        return view.tokens[view.latest_human]
+
+    def _check_fits(self, current: Estimate, phase: str) -> None:
         available = self.budget.available_input
         model = self.profile.name
         message: str | None = None
         needed = current.effective
-        if view.latest_human is not None and view.tokens[view.latest_human] > available:
-            needed = view.tokens[view.latest_human]
+        oversized = self._oversized_user()
+        if oversized is not None:
+            needed = oversized
             message = (
                 f"Your message is about {needed:,} tokens, but {model} accepts at most {available:,} "
                 f"input tokens, so it is {needed - available:,} tokens too long. Shorten it or split it "

@@ -20,6 +20,13 @@ from chat_shell.providers.profiles import ModelProfile
 EventSink = Callable[[TurnEvent], None]
 
 
+class Summarizer(Protocol):
+    """One summarizer model call (SPEC 5.3): the request's messages in, the summary text out.
+    Provider errors propagate as raised; the compaction stage classifies them."""
+
+    async def __call__(self, messages: list[BaseMessage]) -> str: ...
+
+
 class ContextRefused(Exception):
     """The request cannot fit the window even after every stage (SPEC 5.2.5).
 
@@ -47,6 +54,13 @@ class GuardContext:
     attachments: AttachmentReader | None = None
     # Set by the overflow safety net: compact on the next hook call whatever the estimate says.
     force_compaction: bool = False
+    # The model call summary compaction uses (None: no summary stage), its time limit, and how
+    # often an `in_progress` status is emitted while it runs.
+    summarizer: Summarizer | None = None
+    summary_timeout_seconds: float = 120.0
+    compaction_heartbeat_seconds: float = 5.0
+    # The assistant message the turn writes: where a checkpoint made in this turn is stored.
+    assistant_message_id: int | None = None
 
 
 class TurnGuard(Protocol):

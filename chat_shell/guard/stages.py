@@ -93,5 +93,11 @@ class SummaryOutcome:
     messages: list[BaseMessage] | None = None
 
 
+def compaction_target(budget: Budget, current: Estimate, *, forced: bool) -> int:
+    """The size a compaction aims for: `keep`; when the provider overflowed although the estimate
+    fit (forced), also at most half of that estimate, since the estimate was evidently low."""
+    return min(budget.keep, current.effective // 2) if forced else budget.keep
+
+
 class SummaryCompactor(Protocol):
     async def __call__(self, request: SummaryRequest) -> SummaryOutcome: ...

@@ -7,8 +7,9 @@ Configuration (environment or explicit overrides) is applied on top and labelled
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
 
 ProfileSource = Literal["builtin", "configured", "default"]
 # Encodings available offline. `estimate` uses the CJK-aware character estimate.
@@ -93,14 +94,51 @@ def builtin_profiles() -> dict[str, ModelProfile]:
     return dict(_BUILTIN)
 
 
+# Profile fields configuration may set (SPEC 4): the guard's knobs and the token counter.
+CONFIGURABLE_FIELDS = frozenset(
+    {
+        "context_window",
+        "max_output_tokens",
+        "counter",
+        "cjk_chars_per_token",
+        "other_chars_per_token",
+        "trigger_tokens",
+        "keep_tokens",
+        "trim_tokens_to_summarize",
+        "overhead_tokens",
+        "summary_max_tokens",
+        "tool_output_tokens",
+        "tool_output_overrides",
+        "attachment_preview_tokens",
+        "compaction_enabled",
+    }
+)
+assert {f.name for f in fields(ModelProfile)} >= CONFIGURABLE_FIELDS
+
+
+def check_overrides(overrides: Mapping[str, Mapping[str, Any]]) -> None:
+    """Raises ValueError naming any field configuration may not set."""
+    for model, values in overrides.items():
+        unknown = set(values) - CONFIGURABLE_FIELDS
+        if unknown:
+            raise ValueError(
+                f"profile settings for {model!r}: unknown field(s) {sorted(unknown)}; "
+                f"allowed: {sorted(CONFIGURABLE_FIELDS)}"
+            )
+
+
 def resolve_profile(
     model: str,
     *,
     context_window: int | None = None,
     max_output_tokens: int | None = None,
     table: dict[str, ModelProfile] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ModelProfile:
-    """The profile for `model`: exact id, else longest prefix, else the labelled default."""
+    """The profile for `model`: exact id, else longest prefix, else the labelled default.
+
+    `overrides` (configuration) maps a model id, or "*" for every model, to profile fields;
+    the model's own entry wins over "*"."""
     profiles = _BUILTIN if table is None else table
     key = model.lower()
     profile = profiles.get(key)
@@ -115,4 +153,9 @@ def resolve_profile(
             max_output_tokens=max_output_tokens or profile.max_output_tokens,
             source="configured",
         )
+    if overrides:
+        check_overrides(overrides)
+        values = {**overrides.get("*", {}), **overrides.get(model, {})}
+        if values:
+            profile = replace(profile, **values, source="configured")
     return profile

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,18 +67,23 @@ class Modes:
         return list(self.provider.requests), response.json()["assistant_message"]
 
 
-@pytest.fixture
-async def modes(
+@asynccontextmanager
+async def open_modes(
     tmp_path: Path,
     sqlite_template: Path,
     make_settings: Callable[..., Settings],
-    scripted_provider: ScriptedProvider,
+    provider: ScriptedProvider,
+    **settings: Any,
 ) -> AsyncIterator[Modes]:
-    provider_url = scripted_provider.base_url
+    """A package-mode and a service-mode backend on identically seeded databases; `settings`
+    go to both backends and to the chat_shell service."""
+    provider_url = provider.base_url
     package_db = databases.sqlite_copy(sqlite_template, tmp_path)
     service_db = databases.sqlite_copy(sqlite_template, tmp_path)
     backend_port = free_port()
-    package_settings = make_settings(package_db, openai_base_url=provider_url, data_dir=tmp_path / "p")
+    package_settings = make_settings(
+        package_db, openai_base_url=provider_url, data_dir=tmp_path / "p", **settings
+    )
     service_settings = make_settings(
         service_db,
         openai_base_url=provider_url,
@@ -85,8 +91,11 @@ async def modes(
         runtime_mode="service",
         service_token=SERVICE_TOKEN,
         backend_url=f"http://127.0.0.1:{backend_port}",
+        **settings,
     )
-    shell_settings = make_settings(package_db, openai_base_url=provider_url, service_token=SERVICE_TOKEN)
+    shell_settings = make_settings(
+        package_db, openai_base_url=provider_url, service_token=SERVICE_TOKEN, **settings
+    )
     async with serve(create_service_app(shell_settings)) as shell_url:
         service_settings.service_url = shell_url
         async with (
@@ -101,10 +110,21 @@ async def modes(
                 await engine.dispose()
             try:
                 assert made[0].cases == made[1].cases  # identical seeds, identical ids
-                yield Modes(made[0], made[1], scripted_provider)
+                yield Modes(made[0], made[1], provider)
             finally:
                 for mode in made:
                     await mode.client.aclose()
+
+
+@pytest.fixture
+async def modes(
+    tmp_path: Path,
+    sqlite_template: Path,
+    make_settings: Callable[..., Settings],
+    scripted_provider: ScriptedProvider,
+) -> AsyncIterator[Modes]:
+    async with open_modes(tmp_path, sqlite_template, make_settings, scripted_provider) as both:
+        yield both
 
 
 def _tool_names(request: dict) -> set[str]:

@@ -84,3 +84,27 @@ async def test_the_service_app_runs_turns_from_settings(
         events = await collect(remote, make_request())
         await remote.aclose()  # type: ignore[attr-defined]
     assert deltas(events) == "served" and events[-1].type == "turn.completed"
+
+
+def test_compaction_settings_reach_every_models_profile_and_a_model_entry_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHAT_SHELL_COMPACTION_TRIGGER_TOKENS", "49152")
+    monkeypatch.setenv("CHAT_SHELL_COMPACTION_KEEP_TOKENS", "24000")
+    monkeypatch.setenv("CHAT_SHELL_SUMMARY_MAX_TOKENS", "900")
+    monkeypatch.setenv(
+        "CHAT_SHELL_PROFILES", '{"gpt-4o-mini": {"keep_tokens": 20000, "compaction_enabled": false}}'
+    )
+    settings = _settings(tmp_path, openai_base_url="http://127.0.0.1:9/v1", model="gpt-4o")
+    shell = build_runtime(settings)
+    assert isinstance(shell, ChatShell)
+    profile = shell.profile()
+    assert (profile.trigger_tokens, profile.keep_tokens, profile.summary_max_tokens) == (49_152, 24_000, 900)
+    assert profile.source == "configured" and profile.compaction_enabled
+    mini = shell.profile("gpt-4o-mini")
+    assert (mini.trigger_tokens, mini.keep_tokens, mini.compaction_enabled) == (49_152, 20_000, False)
+
+
+def test_an_unknown_profile_field_is_a_clear_settings_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown field"):
+        _settings(tmp_path, profiles={"gpt-4o": {"trigger": 1}})

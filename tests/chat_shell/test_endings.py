@@ -439,14 +439,14 @@ async def test_provider_down_fails_with_a_clear_code(make_shell: MakeShell) -> N
     assert await shell.checkpoint_count() == 0
 
 
-async def test_overflow_is_reported_as_such(
+async def test_an_overflow_that_compaction_cannot_cure_is_refused_after_one_retry(
     scripted_provider: ScriptedProvider, make_shell: MakeShell
 ) -> None:
     scripted_provider.context_window = 100
     shell = make_shell(max_output_tokens=10)
     terminal = _terminal(await collect(shell, make_request(1, "word " * 200)))
-    assert isinstance(terminal, TurnFailed) and terminal.code == "context_overflow"
-    assert terminal.result.overflow_errors == 1
+    assert isinstance(terminal, TurnFailed) and terminal.code == "context_refused"
+    assert terminal.result.overflow_errors == 2 and len(scripted_provider.chat_requests) == 2
 
 
 async def _cancel_after_first_delta(shell: ChatShell) -> list[TurnEvent]:

@@ -1,9 +1,9 @@
 """Compaction in the browser: the boundary in the transcript, and the meter's compacting state,
 including after a reload in the middle of a compaction (Wegent's weak point 14).
 
-Until the summary-compaction branch lands, no scripted run compacts; these tests feed the page
-the event contract instead: stored messages holding a compaction record, and a running turn
-whose durable log the test writes (the page reads it through the real resumable stream).
+Most tests feed the page the event contract: stored messages holding a compaction record, and a
+running turn whose durable log the test writes (the page reads it through the real resumable
+stream). The last one runs a real summary compaction end to end.
 """
 
 from __future__ import annotations
@@ -235,21 +235,21 @@ def test_a_failed_compaction_clears_the_indicator(page: Page, stack: Stack, user
     expect(meter).not_to_have_attribute("data-state", "compacting")
 
 
-@pytest.mark.skip(reason="needs compaction branch")
 def test_a_live_compaction_shows_the_heartbeat_then_the_boundary(
     page: Page, stack: Stack, username: str
 ) -> None:
     """A real summary compaction: the conversation outgrows the trigger, the summarizer (slowed)
     runs while heartbeats arrive, then the boundary appears at the turn that compacted."""
     start(page, stack, username)
-    for n in range(4):
+    for n in range(3):
         send(page, f"Fact {n}: " + "budget 1200 EUR, April, Kyoto temples. " * 60)
         wait_finished(page)
-    stack.provider.script(
-        text("Summary of earlier turns: budget 1200 EUR, April, Kyoto.", first_token_delay=8.0),
-        text("Here is day 4."),
+    # The summarizer is slow (heartbeats arrive meanwhile); the answer comes after it.
+    stack.provider.script_summaries(
+        text("Summary of earlier turns: budget 1200 EUR, April, Kyoto.", first_token_delay=8.0)
     )
-    send(page, "Plan day 4 " + "with details " * 200)
+    stack.provider.script(text("Here is day 4."))
+    send(page, "Plan day 4 " + "with details " * 600)
     meter = page.locator("#context-meter")
     expect(meter).to_have_attribute("data-state", "compacting", timeout=20_000)
     expect(meter.locator(".meter-compacting")).to_be_visible()

@@ -35,6 +35,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse
 
+from chat_shell.compression.summary_compactor import SUMMARIZER_ROLE
 from tests.support.servers import serve
 
 
@@ -92,6 +93,27 @@ class Reply(BaseModel):
 
 # A reply decided when the request arrives, from its parsed body.
 Responder = Callable[[dict[str, Any]], Reply]
+
+
+def is_summary_request(body: dict[str, Any]) -> bool:
+    """Whether `body` is a summary-compaction call (its instructions open with the summarizer's role)."""
+    messages = body.get("messages") or []
+    first = messages[0] if messages else {}
+    content = first.get("content")
+    return first.get("role") == "system" and isinstance(content, str) and content.startswith(SUMMARIZER_ROLE)
+
+
+def content_text(message: dict[str, Any]) -> str:
+    """A request message's text: string content, or its text parts joined."""
+    content = message.get("content") or ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+def summary_input(body: dict[str, Any]) -> str:
+    """The text a summary request asks to summarize (previous summary and transcript)."""
+    return "\n".join(content_text(m) for m in body.get("messages", [])[1:])
 
 
 def text(content: str, **options: Any) -> Reply:
@@ -185,6 +207,9 @@ class ScriptedProvider:
         self.hidden_overhead = hidden_overhead
         self.tokens_per_second = tokens_per_second
         self.replies: deque[Reply | Responder] = deque()
+        # Summary-compaction calls are answered from their own queue (else `default_summary`),
+        # so a test scripts the conversation's replies without counting summarizer calls.
+        self.summaries: deque[Reply | Responder] = deque()
         self.requests: list[dict[str, Any]] = []
         self._closing: asyncio.Event | None = None
         # Set by whoever serves `app` (the fixture): the OpenAI base URL, ending in `/v1`.
@@ -196,9 +221,27 @@ class ScriptedProvider:
     def script(self, *replies: Reply | Responder) -> None:
         self.replies.extend(replies)
 
+    def script_summaries(self, *replies: Reply | Responder) -> None:
+        self.summaries.extend(replies)
+
     def reset(self) -> None:
         self.replies.clear()
+        self.summaries.clear()
         self.requests.clear()
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        """The recorded requests of the answering model (summary calls left out)."""
+        return [body for body in self.requests if not is_summary_request(body)]
+
+    @property
+    def summary_requests(self) -> list[dict[str, Any]]:
+        return [body for body in self.requests if is_summary_request(body)]
+
+    @staticmethod
+    def default_summary(body: dict[str, Any]) -> Reply:
+        """A deterministic stand-in summary: short, and naming how much it summarized."""
+        return Reply(text=f"Summary of earlier turns ({len(summary_input(body))} characters summarized).")
 
     def close(self) -> None:
         """Release hanging replies so the server can shut down."""
@@ -227,7 +270,10 @@ class ScriptedProvider:
         async def completions(request: Request) -> Response:
             body = await request.json()
             self.requests.append(body)
-            queued = self.replies.popleft() if self.replies else self.default_reply(body)
+            if is_summary_request(body):
+                queued = self.summaries.popleft() if self.summaries else self.default_summary(body)
+            else:
+                queued = self.replies.popleft() if self.replies else self.default_reply(body)
             reply = queued if isinstance(queued, Reply) else queued(body)
             return await self._answer(body, reply)
 
