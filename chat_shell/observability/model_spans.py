@@ -154,6 +154,11 @@ class ModelCallTracer(BaseCallbackHandler):
         outcome = "cancelled" if type(error).__name__ in {"CancelledError", "GeneratorExit"} else "error"
         labels = {"model_profile": call.scope.profile_label, "purpose": call.purpose, "outcome": outcome}
         instruments.model_calls.add(1, labels)
+        if kind == "context_overflow":
+            # Counted per call, so the summarizer's own overflows are seen too.
+            instruments.overflow_errors.add(
+                1, {"model_profile": labels["model_profile"], "purpose": call.purpose}
+            )
         call.span.end()
 
     def abandon(self, scope: TurnScope) -> None:

@@ -170,8 +170,6 @@ class TurnTelemetry:
         instruments.turns.add(1, {"model_profile": self.label, "termination_reason": reason})
         if reason == "context_refused":
             instruments.refusals.add(1, {"model_profile": self.label})
-        if result.overflow_errors:
-            instruments.overflow_errors.add(result.overflow_errors, {"model_profile": self.label})
         if result.ttft_ms is not None:
             instruments.time_to_first_token.record(result.ttft_ms, {"model_profile": self.label})
         metrics = result.context_metrics

@@ -4,7 +4,6 @@ the 4096-token window with a real summary."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import AsyncIterator, Callable
 
 import httpx
@@ -88,10 +87,6 @@ def _paragraph(turn: int) -> str:
     return "Keep this travel log in mind. " + " ".join(sentences) + " Reply with one word: noted."
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("chat_shell.compression.summary_compactor") is None,
-    reason="needs summary compaction",
-)
 @pytest.mark.timeout(900)
 async def test_a_conversation_over_the_window_is_summarized_by_the_local_model(
     sqlite_url: str, make_settings: Callable[..., Settings]

@@ -204,6 +204,8 @@ class ScriptedProvider:
         self.model = model
         self.clock_tokens = clock_tokens
         self.context_window = context_window
+        # How many requests got the context-length error above.
+        self.overflows_answered = 0
         self.hidden_overhead = hidden_overhead
         self.tokens_per_second = tokens_per_second
         self.replies: deque[Reply | Responder] = deque()
@@ -309,6 +311,7 @@ class ScriptedProvider:
         if self.context_window is not None:
             requested = prompt_tokens + int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
             if requested > self.context_window:
+                self.overflows_answered += 1
                 return JSONResponse(context_length_error(self.context_window, requested), status_code=400)
         if body.get("stream"):
             return EventSourceResponse(self._stream(body, reply, prompt_tokens), ping=600)
