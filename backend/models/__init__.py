@@ -9,6 +9,7 @@ from backend.models.conversations import (
     MessageStatus,
     Role,
 )
+from backend.models.rollups import CompactionHour, TurnHour
 from backend.models.turns import CompactionEvent, Turn, TurnEvent, TurnStatus
 from backend.models.users import ApiToken, Session, User
 
@@ -19,6 +20,7 @@ __all__ = [
     "AttachmentStatus",
     "Base",
     "CompactionEvent",
+    "CompactionHour",
     "Conversation",
     "Message",
     "MessageStatus",
@@ -26,6 +28,7 @@ __all__ = [
     "Session",
     "Turn",
     "TurnEvent",
+    "TurnHour",
     "TurnStatus",
     "User",
 ]

@@ -1,7 +1,9 @@
 """Stored turns and compaction rows for dashboard tests and the operators benchmark.
 
 Written with bulk inserts straight into the tables the backend fills when turns finish
-(`turns`, `messages`, `compaction_events`), so a test can place figures at chosen times.
+(`turns`, `messages`, `compaction_events`), so a test can place figures at chosen times; the
+dashboard's hourly rollups get the same figures through the service's own staging
+(`services.rollups`), as finishing turns and recording compactions do.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.models import CompactionEvent, Conversation, Message, Turn, User
+from backend.services import rollups
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,7 @@ async def store_metrics(
     ]
     for chunk in range(0, len(turn_rows), 2_000):
         await db.execute(insert(Turn), turn_rows[chunk : chunk + 2_000])
+    rollups.stage_turns(db, [rollups.turn_row(Turn(**row)) for row in turn_rows])
     compaction_rows = [
         {
             "conversation_id": conversation.id,
@@ -142,4 +146,5 @@ async def store_metrics(
     ]
     for chunk in range(0, len(compaction_rows), 2_000):
         await db.execute(insert(CompactionEvent), compaction_rows[chunk : chunk + 2_000])
+    rollups.stage_compactions(db, [rollups.compaction_row(CompactionEvent(**row)) for row in compaction_rows])
     return conversation.id
