@@ -9,7 +9,7 @@ from backend.models.conversations import (
     MessageStatus,
     Role,
 )
-from backend.models.rollups import CompactionHour, TurnHour
+from backend.models.rollups import CompactionHour, ConversationPressure, TurnHour
 from backend.models.turns import CompactionEvent, Turn, TurnEvent, TurnStatus
 from backend.models.users import ApiToken, Session, User
 
@@ -22,6 +22,7 @@ __all__ = [
     "CompactionEvent",
     "CompactionHour",
     "Conversation",
+    "ConversationPressure",
     "Message",
     "MessageStatus",
     "Role",

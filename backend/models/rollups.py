@@ -5,14 +5,18 @@ time-to-first-token or compaction-duration bin of `services.percentiles`, -1 for
 holding the same sums, counts and extremes the dashboard computes from the raw rows. Written in
 the transaction that starts or finishes a turn or records a compaction (`services.rollups`), so
 windows made of whole hours read a few thousand rows instead of every turn.
+`conversation_pressure` keeps each conversation's latest measured turn the same way, for the
+table of conversations under the most pressure.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Float, Integer, String
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Float, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from backend.models.base import Base
+from backend.models.base import Base, UtcDateTime
 
 NO_BIN = -1
 NO_PROFILE = ""
@@ -50,3 +54,16 @@ class CompactionHour(Base):
     retention_min: Mapped[float | None] = mapped_column(Float, nullable=True)
     duration_min: Mapped[float | None] = mapped_column(Float, nullable=True)
     duration_max: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class ConversationPressure(Base):
+    """Each conversation's latest turn with a context snapshot, and its utilisation."""
+
+    __tablename__ = "conversation_pressure"
+
+    conversation_id: Mapped[int] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    turn_id: Mapped[int] = mapped_column(BigInteger)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    utilization: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)

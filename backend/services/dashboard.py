@@ -27,7 +27,7 @@ from sqlalchemy.sql import ColumnElement
 
 from backend.models import CompactionEvent, CompactionHour, Message, Turn, TurnHour, TurnStatus
 from backend.models.base import utcnow
-from backend.models.rollups import NO_BIN
+from backend.models.rollups import NO_BIN, ConversationPressure
 from backend.services import percentiles, rollups
 
 WindowName = Literal["1h", "6h", "24h", "7d", "30d"]
@@ -345,9 +345,12 @@ async def _strategies(db: AsyncSession, window: Window) -> tuple[list[Any], int]
             .group_by(CompactionEvent.strategy)
         )
     by_strategy = await db.execute(query)
-    # A literal, so both databases answer from the partial index of running turns.
+    # A literal status and a condition on the indexed column: both databases then answer from
+    # the partial index of running turns instead of scanning every turn.
     running_status = literal_column(f"'{TurnStatus.RUNNING.value}'")
-    running = await db.scalar(select(func.count()).select_from(Turn).where(Turn.status == running_status))
+    running = await db.scalar(
+        select(func.count()).select_from(Turn).where(Turn.status == running_status, Turn.conversation_id > 0)
+    )
     return list(by_strategy), int(running or 0)
 
 
@@ -448,21 +451,38 @@ async def summary(
 async def _pressure(db: AsyncSession, window: Window) -> list[dict[str, Any]]:
     """The conversations whose latest snapshot in the window is closest to (or over) the limit."""
     measured = and_(Turn.started_at >= window.start, Turn.context_used_tokens.is_not(None))
-    # Grouped by an expression, so SQLite reads the window's range of the covering index
-    # instead of walking the whole conversation_id index to skip a sort.
-    conversation = (Turn.conversation_id + 0).label("conversation_id")
-    latest = (
-        select(
-            conversation,
-            func.max(Turn.id).label("last_id"),
-            func.count().label("turns"),
-            func.sum(case((Turn.refused, 1), else_=0)).label("refusals"),
-            func.coalesce(func.sum(Turn.overflow_errors), 0).label("overflow_errors"),
-        )
-        .where(measured)
-        .group_by(conversation)
-        .subquery("latest")
+    figures = (
+        func.count().label("turns"),
+        func.sum(case((Turn.refused, 1), else_=0)).label("refusals"),
+        func.coalesce(func.sum(Turn.overflow_errors), 0).label("overflow_errors"),
     )
+    if window.whole_hours:
+        # Each conversation's latest measured turn is kept as it finishes: the top rows come
+        # from that index, and only their conversations' turns are counted.
+        top = (
+            select(ConversationPressure.conversation_id, ConversationPressure.turn_id)
+            .where(ConversationPressure.started_at >= window.start)
+            .order_by(ConversationPressure.utilization.desc(), ConversationPressure.conversation_id)
+            .limit(PRESSURE_ROWS)
+            .subquery("top")
+        )
+        latest = (
+            select(top.c.conversation_id, top.c.turn_id.label("last_id"), *figures)
+            .join(Turn, Turn.conversation_id == top.c.conversation_id)
+            .where(measured)
+            .group_by(top.c.conversation_id, top.c.turn_id)
+            .subquery("latest")
+        )
+    else:
+        # Grouped by an expression, so SQLite reads the window's range of the covering index
+        # instead of walking the whole conversation_id index to skip a sort.
+        conversation = (Turn.conversation_id + 0).label("conversation_id")
+        latest = (
+            select(conversation, func.max(Turn.id).label("last_id"), *figures)
+            .where(measured)
+            .group_by(conversation)
+            .subquery("latest")
+        )
     utilisation = _ratio(Turn.context_used_tokens, Turn.context_available_tokens)
     rows = (
         await db.execute(

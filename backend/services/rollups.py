@@ -20,7 +20,7 @@ from sqlalchemy import Table, case, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, SessionTransaction
 
-from backend.models import CompactionEvent, CompactionHour, Turn, TurnHour, TurnStatus
+from backend.models import CompactionEvent, CompactionHour, ConversationPressure, Turn, TurnHour, TurnStatus
 from backend.models.rollups import NO_BIN, NO_PROFILE
 from backend.services import percentiles
 
@@ -55,6 +55,9 @@ COMPACTIONS = _Shape(
     lows=("retention_min", "duration_min"),
     highs=("duration_max",),
 )
+
+
+PRESSURE: Table = ConversationPressure.__table__  # type: ignore[assignment]
 
 
 def hour_of(moment: datetime) -> int:
@@ -102,6 +105,35 @@ def compaction_row(compaction: CompactionEvent) -> Row:
     }
 
 
+def pressure_row(turn: Turn) -> Row | None:
+    """The turn as its conversation's latest measured turn (None without a snapshot)."""
+    if turn.context_used_tokens is None:
+        return None
+    available = turn.context_available_tokens
+    return {
+        "conversation_id": turn.conversation_id,
+        "turn_id": turn.id,
+        "started_at": turn.started_at,
+        "utilization": turn.context_used_tokens / available if available else None,
+    }
+
+
+def stage_finished(db: Any, turn: Turn, running: Row) -> None:
+    """A finished turn: its figures replace its running ones, and it may be its conversation's
+    latest measured turn."""
+    stage_turns(db, [turn_row(turn)], removed=[running])
+    stage_pressure(db, [pressure_row(turn)])
+
+
+def stage_pressure(db: Any, rows: Iterable[Row | None]) -> None:
+    staged = _staged(db, PRESSURE)
+    for row in rows:
+        if row is not None:
+            seen = staged.get((row["conversation_id"],))
+            if seen is None or seen["turn_id"] < row["turn_id"]:
+                staged[(row["conversation_id"],)] = row
+
+
 def stage_turns(db: Any, added: Iterable[Row], removed: Iterable[Row] = ()) -> None:
     """Adds turns' figures (and takes back `removed`, a turn's earlier figures) at commit.
 
@@ -125,10 +157,11 @@ def stage_compactions(db: Any, rows: Iterable[Row]) -> None:
         _merge(staged, COMPACTIONS, row)
 
 
-def _staged(db: Any, shape: _Shape) -> dict[tuple[Any, ...], Row]:
+def _staged(db: Any, shape: _Shape | Table) -> dict[tuple[Any, ...], Row]:
     # `db` is a Session or an AsyncSession; both share the sync session's `info`.
     staged: dict[str, dict[tuple[Any, ...], Row]] = db.info.setdefault(_STAGED, {})
-    return staged.setdefault(shape.table.name, {})
+    table = shape.table if isinstance(shape, _Shape) else shape
+    return staged.setdefault(table.name, {})
 
 
 def _merge(staged: dict[tuple[Any, ...], Row], shape: _Shape, row: Row) -> None:
@@ -170,17 +203,33 @@ def _upserts(dialect: str, shape: _Shape, rows: Sequence[Row]) -> Any:
     return stmt.on_conflict_do_update(index_elements=list(shape.keys), set_=values)
 
 
+def _pressure_upserts(dialect: str, rows: Sequence[Row]) -> Any:
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(PRESSURE).values(list(rows))
+    new = stmt.excluded
+    return stmt.on_conflict_do_update(
+        index_elements=["conversation_id"],
+        set_={c: new[c] for c in ("turn_id", "started_at", "utilization")},
+        # Only a later turn replaces the stored one, whatever order transactions commit in.
+        where=PRESSURE.c.turn_id < new.turn_id,
+    )
+
+
 @event.listens_for(Session, "before_commit")
 def _write_staged(session: Session) -> None:
     staged = session.info.pop(_STAGED, None)
     if not staged:
         return
     dialect = session.get_bind().dialect.name
-    # Compactions first, then turns, each in key order: every transaction locks in one order.
+    # Compactions, turns, then conversations, each in key order: every transaction locks in one order.
     for shape in (COMPACTIONS, TURNS):
         rows = [staged[shape.table.name][key] for key in sorted(staged.get(shape.table.name, {}))]
         for start in range(0, len(rows), _CHUNK):
             session.execute(_upserts(dialect, shape, rows[start : start + _CHUNK]))
+    latest = staged.get(PRESSURE.name, {})
+    rows = [latest[key] for key in sorted(latest)]
+    for start in range(0, len(rows), _CHUNK):
+        session.execute(_pressure_upserts(dialect, rows[start : start + _CHUNK]))
 
 
 @event.listens_for(Session, "after_transaction_end")

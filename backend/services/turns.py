@@ -238,7 +238,7 @@ async def finish_turn(
         turn.context_used_tokens = metrics.used_input
         turn.context_available_tokens = metrics.available_input
         turn.context_window = metrics.context_window
-    rollups.stage_turns(db, [rollups.turn_row(turn)], removed=[running])
+    rollups.stage_finished(db, turn, running)
     await db.execute(
         update(Conversation).where(Conversation.id == started.conversation_id).values(updated_at=now)
     )

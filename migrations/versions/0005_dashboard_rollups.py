@@ -3,6 +3,7 @@
 `turn_hours` and `compaction_hours` hold per hour x model profile x value bin the sums the
 dashboard reads for windows made of whole hours (see backend/models/rollups.py); they are
 backfilled here from the rows already stored, with the same figures the running service adds.
+`conversation_pressure` holds each conversation's latest measured turn (the pressure table).
 
 Revision ID: 0005
 Revises: 0004
@@ -25,6 +26,8 @@ NO_BIN = -1
 
 turns = sa.table(
     "turns",
+    sa.column("id", sa.Integer),
+    sa.column("conversation_id", sa.Integer),
     sa.column("started_at", sa.DateTime(timezone=True)),
     sa.column("model_profile", sa.String),
     sa.column("status", sa.String),
@@ -53,7 +56,7 @@ def _hour(column: sa.ColumnElement, dialect: str) -> sa.ColumnElement[int]:
     return sa.cast(sa.func.floor(sa.extract("epoch", column) / 3600), sa.Integer)
 
 
-def _create_tables() -> tuple[sa.Table, sa.Table]:
+def _create_tables() -> tuple[sa.Table, sa.Table, sa.Table]:
     turn_hours = op.create_table(
         "turn_hours",
         sa.Column("hour", sa.Integer(), nullable=False),
@@ -88,12 +91,29 @@ def _create_tables() -> tuple[sa.Table, sa.Table]:
             "hour", "model_profile", "strategy", "status", "duration_bin", name=op.f("pk_compaction_hours")
         ),
     )
-    assert turn_hours is not None and compaction_hours is not None
-    return turn_hours, compaction_hours
+    pressure = op.create_table(
+        "conversation_pressure",
+        sa.Column("conversation_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("turn_id", sa.BigInteger(), nullable=False),
+        sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("utilization", sa.Float(), nullable=True),
+        sa.ForeignKeyConstraint(
+            ["conversation_id"],
+            ["conversations.id"],
+            name=op.f("fk_conversation_pressure_conversation_id_conversations"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("conversation_id", name=op.f("pk_conversation_pressure")),
+    )
+    op.create_index(
+        op.f("ix_conversation_pressure_utilization"), "conversation_pressure", ["utilization"], unique=False
+    )
+    assert turn_hours is not None and compaction_hours is not None and pressure is not None
+    return turn_hours, compaction_hours, pressure
 
 
 def upgrade() -> None:
-    turn_hours, compaction_hours = _create_tables()
+    turn_hours, compaction_hours, pressure = _create_tables()
     dialect = op.get_bind().dialect.name
 
     hour = _hour(turns.c.started_at, dialect)
@@ -145,7 +165,26 @@ def upgrade() -> None:
         )
     )
 
+    utilization = sa.cast(turns.c.context_used_tokens, sa.Float) / sa.func.nullif(
+        turns.c.context_available_tokens, 0
+    )
+    latest = (
+        sa.select(sa.func.max(turns.c.id))
+        .where(turns.c.context_used_tokens.is_not(None))
+        .group_by(turns.c.conversation_id)
+    )
+    op.execute(
+        pressure.insert().from_select(
+            ["conversation_id", "turn_id", "started_at", "utilization"],
+            sa.select(turns.c.conversation_id, turns.c.id, turns.c.started_at, utilization).where(
+                turns.c.id.in_(latest)
+            ),
+        )
+    )
+
 
 def downgrade() -> None:
+    op.drop_index(op.f("ix_conversation_pressure_utilization"), table_name="conversation_pressure")
+    op.drop_table("conversation_pressure")
     op.drop_table("compaction_hours")
     op.drop_table("turn_hours")

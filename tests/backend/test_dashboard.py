@@ -166,7 +166,7 @@ NOW = datetime(2026, 11, 30, 10, 37, 12, 345_000, tzinfo=utcnow().tzinfo)
 def _comparable(body: dict[str, Any]) -> dict[str, Any]:
     """What both windows must agree on when every figure lies inside both."""
     totals = {key: value for key, value in body["totals"].items()}
-    return {"totals": totals, "strategies": body["compactions_by_strategy"]}
+    return {"totals": totals, "strategies": body["compactions_by_strategy"], "pressure": body["pressure"]}
 
 
 def _assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
@@ -188,7 +188,7 @@ def _spread_turns() -> tuple[list[StoredTurn], list[StoredCompaction]]:
     """Turns and compactions over the last 20 hours, several to an hour, of two profiles."""
     stored, compactions = [], []
     for index in range(60):
-        at = NOW - timedelta(minutes=20 * index + 1)
+        at = NOW - timedelta(minutes=20 * (59 - index) + 1)
         refused = index % 11 == 0
         stored.append(
             StoredTurn(
@@ -241,6 +241,7 @@ async def test_whole_hour_windows_show_the_figures_of_the_raw_rows(
 
     day, week, month = await _summaries(database_url, "24h", "7d", "30d")
     assert day["totals"]["turns"] == 60 and day["totals"]["compactions"] == 15
+    assert len(day["pressure"]) == 1
     _assert_same(_comparable(day), _comparable(week))
     _assert_same(_comparable(day), _comparable(month))
     assert sum(point["turns"] for point in week["turns"]) == 60
@@ -276,6 +277,7 @@ async def test_whole_hour_windows_show_the_figures_of_the_raw_rows(
     assert week["turns"][0]["turns"] == 1 and week["turns"][0]["ttft_p50_ms"] == 90_000
     assert week["compactions"][0]["retention_min"] == pytest.approx(0.1)
     assert totals["utilization_max"] == day["totals"]["utilization_max"]
+    assert [row["used_input"] for row in week["pressure"]] == [day["pressure"][0]["used_input"], 100]
 
 
 async def test_turns_count_in_the_rollups_when_they_start_and_finish(

@@ -125,9 +125,15 @@ async def store_metrics(
         }
         for index, turn in enumerate(turns)
     ]
+    turn_ids: list[int] = []
     for chunk in range(0, len(turn_rows), 2_000):
-        await db.execute(insert(Turn), turn_rows[chunk : chunk + 2_000])
-    rollups.stage_turns(db, [rollups.turn_row(Turn(**row)) for row in turn_rows])
+        rows = await db.execute(
+            insert(Turn).returning(Turn.id, sort_by_parameter_order=True), turn_rows[chunk : chunk + 2_000]
+        )
+        turn_ids += list(rows.scalars())
+    finished = [Turn(id=turn_id, **row) for turn_id, row in zip(turn_ids, turn_rows, strict=True)]
+    rollups.stage_turns(db, [rollups.turn_row(turn) for turn in finished])
+    rollups.stage_pressure(db, [rollups.pressure_row(turn) for turn in finished])
     compaction_rows = [
         {
             "conversation_id": conversation.id,
