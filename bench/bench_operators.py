@@ -5,8 +5,9 @@
 1. Dashboard queries over 100,000 stored assistant messages (each with its turn row and final
    context snapshot, 2,000 conversations over 30 days) and 25,000 compaction rows, on SQLite
    and on PostgreSQL: `GET /api/metrics/summary` for each window (every query it runs, all
-   rows of the 30-day window included) and one conversation's drill-down. Median of several
-   runs each; target <= 300 ms (issue 10).
+   rows of the 30-day window included) and one conversation's drill-down. The stored rows'
+   hourly rollups are written by the service's own staging (`services.rollups`), which the
+   7- and 30-day windows read. Median of several runs each; target <= 300 ms (issue 10).
 2. Telemetry enabled versus disabled: CPU time of this process per turn (ChatShell against the
    scripted provider, which runs in its own process so only the runtime's work is measured),
    in alternating child processes (the SDK can be installed once per process). Enabled means

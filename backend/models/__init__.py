@@ -9,6 +9,7 @@ from backend.models.conversations import (
     MessageStatus,
     Role,
 )
+from backend.models.rollups import CompactionHour, ConversationPressure, TurnHour
 from backend.models.turns import CompactionEvent, Turn, TurnEvent, TurnStatus
 from backend.models.users import ApiToken, Session, User
 
@@ -19,13 +20,16 @@ __all__ = [
     "AttachmentStatus",
     "Base",
     "CompactionEvent",
+    "CompactionHour",
     "Conversation",
+    "ConversationPressure",
     "Message",
     "MessageStatus",
     "Role",
     "Session",
     "Turn",
     "TurnEvent",
+    "TurnHour",
     "TurnStatus",
     "User",
 ]

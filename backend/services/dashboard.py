@@ -6,6 +6,10 @@ snapshot's used/available tokens, time to first token, refusal and overflow figu
 an indexed time range (covering indexes of migration 0004), bucketed in SQL; percentiles come
 from per-bucket value bins counted in the same scan (`percentiles`). Nothing loads every
 conversation or message into Python.
+
+Windows whose buckets are whole hours (7 and 30 days) read the same figures from the hourly
+rollups (`models.rollups`, kept by `services.rollups` as turns start and finish): a few
+thousand rows instead of every turn of the window. Shorter windows scan their few raw rows.
 """
 
 from __future__ import annotations
@@ -17,13 +21,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Float, Integer, and_, case, cast, func, select
+from sqlalchemy import BigInteger, Float, Integer, Select, and_, case, cast, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql import ColumnElement
 
-from backend.models import CompactionEvent, Message, Turn, TurnStatus
+from backend.models import CompactionEvent, CompactionHour, Message, Turn, TurnHour, TurnStatus
 from backend.models.base import utcnow
-from backend.services import percentiles
+from backend.models.rollups import NO_BIN, ConversationPressure
+from backend.services import percentiles, rollups
 
 WindowName = Literal["1h", "6h", "24h", "7d", "30d"]
 # Window -> (length, bucket width): 60 to 120 points per chart.
@@ -35,6 +40,7 @@ WINDOWS: dict[str, tuple[timedelta, timedelta]] = {
     "30d": (timedelta(days=30), timedelta(hours=6)),
 }
 PRESSURE_ROWS = 20
+HOUR = timedelta(hours=1)
 T = TypeVar("T")
 DRILL_DOWN_TURNS = 200
 DRILL_DOWN_COMPACTIONS = 100
@@ -55,6 +61,19 @@ class Window:
         last = datetime.fromtimestamp((now.timestamp() // width) * width, tz=now.tzinfo)
         count = int(length / bucket)
         return cls(last - bucket * (count - 1), now, bucket)
+
+    @property
+    def whole_hours(self) -> bool:
+        """Whether buckets (and so the start) fall on whole hours: the rollups can answer."""
+        return self.bucket % HOUR == timedelta(0)
+
+    @property
+    def start_hour(self) -> int:
+        return rollups.hour_of(self.start)
+
+    @property
+    def bucket_hours(self) -> int:
+        return int(self.bucket / HOUR)
 
     @property
     def count(self) -> int:
@@ -127,29 +146,23 @@ def _series(window: Window, rows: dict[int, dict[str, Any]], empty: dict[str, An
 
 
 async def _turn_buckets(db: AsyncSession, window: Window) -> dict[int, _Sums]:
-    """One scan of the window's turns, grouped by time bucket and time-to-first-token bin."""
-    bucket = _bucket(Turn.started_at, window, db.bind.dialect.name).label("bucket")
-    ttft_bin = percentiles.bin_case(Turn.ttft_ms).label("bin")
-    utilisation = _ratio(Turn.context_used_tokens, Turn.context_available_tokens)
-    rows = await db.execute(
-        select(
-            bucket,
-            ttft_bin,
-            func.count(),
-            func.sum(utilisation),
-            func.count(utilisation),
-            func.max(utilisation),
-            func.sum(case((Turn.refused, 1), else_=0)),
-            func.sum(Turn.overflow_errors),
-            func.sum(case((Turn.status == TurnStatus.FAILED, 1), else_=0)),
-            func.min(Turn.ttft_ms),
-            func.max(Turn.ttft_ms),
-        )
-        .where(Turn.started_at >= window.start)
-        .group_by(bucket, ttft_bin)
-    )
+    """The window's turn figures grouped by time bucket and time-to-first-token bin."""
     sums: dict[int, _Sums] = defaultdict(_Sums)
-    for index, bin_index, count, used, measured, peak, refused, overflows, failed, fastest, slowest in rows:
+    for (
+        index,
+        bin_index,
+        count,
+        used,
+        measured,
+        peak,
+        refused,
+        overflows,
+        failed,
+        fastest,
+        slowest,
+    ) in await db.execute(
+        _turn_hours(window) if window.whole_hours else _turn_rows(window, db.bind.dialect.name)
+    ):
         entry = sums[index]
         for key, value in (
             ("turns", count),
@@ -166,12 +179,96 @@ async def _turn_buckets(db: AsyncSession, window: Window) -> dict[int, _Sums]:
     return sums
 
 
+def _turn_rows(window: Window, dialect: str) -> Select[Any]:
+    """One scan of the window's turns."""
+    bucket = _bucket(Turn.started_at, window, dialect).label("bucket")
+    ttft_bin = percentiles.bin_case(Turn.ttft_ms).label("bin")
+    utilisation = _ratio(Turn.context_used_tokens, Turn.context_available_tokens)
+    return (
+        select(
+            bucket,
+            ttft_bin,
+            func.count(),
+            func.sum(utilisation),
+            func.count(utilisation),
+            func.max(utilisation),
+            func.sum(case((Turn.refused, 1), else_=0)),
+            func.sum(Turn.overflow_errors),
+            func.sum(case((Turn.status == TurnStatus.FAILED, 1), else_=0)),
+            func.min(Turn.ttft_ms),
+            func.max(Turn.ttft_ms),
+        )
+        .where(Turn.started_at >= window.start)
+        .group_by(bucket, ttft_bin)
+    )
+
+
+def _turn_hours(window: Window) -> Select[Any]:
+    """The same figures from the hourly rollups: the window holds whole hours from its start
+    on, and the rollups hold every turn started since (as the raw query has no upper bound)."""
+    bucket = ((TurnHour.hour - window.start_hour) // window.bucket_hours).label("bucket")
+    ttft_bin = func.nullif(TurnHour.ttft_bin, NO_BIN).label("bin")
+    return (
+        select(
+            bucket,
+            ttft_bin,
+            func.sum(TurnHour.turns),
+            func.sum(TurnHour.utilization_sum),
+            func.sum(TurnHour.utilization_count),
+            func.max(TurnHour.utilization_max),
+            func.sum(TurnHour.refusals),
+            func.sum(TurnHour.overflow_errors),
+            func.sum(TurnHour.failed),
+            func.min(TurnHour.ttft_min),
+            func.max(TurnHour.ttft_max),
+        )
+        .where(TurnHour.hour >= window.start_hour)
+        .group_by(bucket, ttft_bin)
+        # A started-then-finished turn leaves a zero row in its running bin.
+        .having(func.sum(TurnHour.turns) != 0)
+    )
+
+
 async def _compaction_buckets(db: AsyncSession, window: Window) -> dict[int, _Sums]:
-    """One scan of the window's compaction rows, grouped by time bucket and duration bin."""
-    bucket = _bucket(CompactionEvent.created_at, window, db.bind.dialect.name).label("bucket")
+    """The window's compaction figures grouped by time bucket and duration bin."""
+    query = (
+        _compaction_hours(window) if window.whole_hours else _compaction_rows(window, db.bind.dialect.name)
+    )
+    sums: dict[int, _Sums] = defaultdict(_Sums)
+    for (
+        index,
+        bin_index,
+        timed,
+        done,
+        fallback,
+        saved,
+        scored,
+        score_count,
+        worst,
+        fastest,
+        slowest,
+    ) in await db.execute(query):
+        entry = sums[index]
+        for key, value in (
+            ("completed", done),
+            ("fallback", fallback),
+            ("tokens_saved", saved),
+            ("retention", scored),
+            ("scored", score_count),
+        ):
+            entry.counts[key] += value or 0
+        entry.widen(None, worst)
+        if bin_index is not None:
+            entry.bins.append(percentiles.Bin(bin_index, timed, fastest, slowest))
+    return sums
+
+
+def _compaction_rows(window: Window, dialect: str) -> Select[Any]:
+    """One scan of the window's compaction rows."""
+    bucket = _bucket(CompactionEvent.created_at, window, dialect).label("bucket")
     duration_bin = percentiles.bin_case(CompactionEvent.duration_ms).label("bin")
     retention = case((CompactionEvent.strategy == "summary_compact", CompactionEvent.retention_score))
-    rows = await db.execute(
+    return (
         select(
             bucket,
             duration_bin,
@@ -188,21 +285,31 @@ async def _compaction_buckets(db: AsyncSession, window: Window) -> dict[int, _Su
         .where(CompactionEvent.created_at >= window.start)
         .group_by(bucket, duration_bin)
     )
-    sums: dict[int, _Sums] = defaultdict(_Sums)
-    for index, bin_index, timed, done, fallback, saved, scored, score_count, worst, fastest, slowest in rows:
-        entry = sums[index]
-        for key, value in (
-            ("completed", done),
-            ("fallback", fallback),
-            ("tokens_saved", saved),
-            ("retention", scored),
-            ("scored", score_count),
-        ):
-            entry.counts[key] += value or 0
-        entry.widen(None, worst)
-        if bin_index is not None:
-            entry.bins.append(percentiles.Bin(bin_index, timed, fastest, slowest))
-    return sums
+
+
+def _compaction_hours(window: Window) -> Select[Any]:
+    """The same figures from the hourly rollups (see `_turn_hours`)."""
+    row = CompactionHour
+    bucket = ((row.hour - window.start_hour) // window.bucket_hours).label("bucket")
+    duration_bin = func.nullif(row.duration_bin, NO_BIN).label("bin")
+    summarised = row.strategy == "summary_compact"
+    return (
+        select(
+            bucket,
+            duration_bin,
+            func.sum(row.attempts),
+            func.sum(case((row.status == "completed", row.attempts), else_=0)),
+            func.sum(case((row.status == "fallback", row.attempts), else_=0)),
+            cast(func.sum(row.tokens_saved), BigInteger),
+            func.sum(case((summarised, row.retention_sum))),
+            func.sum(case((summarised, row.retention_count), else_=0)),
+            func.min(case((summarised, row.retention_min))),
+            func.min(row.duration_min),
+            func.max(row.duration_max),
+        )
+        .where(row.hour >= window.start_hour)
+        .group_by(bucket, duration_bin)
+    )
 
 
 def _percentiles(bins: list[percentiles.Bin]) -> tuple[float | None, float | None]:
@@ -212,19 +319,38 @@ def _percentiles(bins: list[percentiles.Bin]) -> tuple[float | None, float | Non
 
 async def _strategies(db: AsyncSession, window: Window) -> tuple[list[Any], int]:
     """Compaction totals per strategy over the window, and the turns running right now."""
-    completed = CompactionEvent.status == "completed"
-    by_strategy = await db.execute(
-        select(
-            CompactionEvent.strategy,
-            func.count(),
-            func.sum(case((completed, 1), else_=0)),
-            func.coalesce(func.sum(CompactionEvent.tokens_saved), 0),
-            func.avg(CompactionEvent.retention_score),
+    if window.whole_hours:
+        row = CompactionHour
+        query = (
+            select(
+                row.strategy,
+                func.sum(row.attempts),
+                func.sum(case((row.status == "completed", row.attempts), else_=0)),
+                cast(func.sum(row.tokens_saved), BigInteger),
+                func.sum(row.retention_sum) / func.nullif(func.sum(row.retention_count), 0),
+            )
+            .where(row.hour >= window.start_hour)
+            .group_by(row.strategy)
         )
-        .where(CompactionEvent.created_at >= window.start)
-        .group_by(CompactionEvent.strategy)
+    else:
+        query = (
+            select(
+                CompactionEvent.strategy,
+                func.count(),
+                func.sum(case((CompactionEvent.status == "completed", 1), else_=0)),
+                func.coalesce(func.sum(CompactionEvent.tokens_saved), 0),
+                func.avg(CompactionEvent.retention_score),
+            )
+            .where(CompactionEvent.created_at >= window.start)
+            .group_by(CompactionEvent.strategy)
+        )
+    by_strategy = await db.execute(query)
+    # A literal status and a condition on the indexed column: both databases then answer from
+    # the partial index of running turns instead of scanning every turn.
+    running_status = literal_column(f"'{TurnStatus.RUNNING.value}'")
+    running = await db.scalar(
+        select(func.count()).select_from(Turn).where(Turn.status == running_status, Turn.conversation_id > 0)
     )
-    running = await db.scalar(select(func.count()).select_from(Turn).where(Turn.status == TurnStatus.RUNNING))
     return list(by_strategy), int(running or 0)
 
 
@@ -325,21 +451,38 @@ async def summary(
 async def _pressure(db: AsyncSession, window: Window) -> list[dict[str, Any]]:
     """The conversations whose latest snapshot in the window is closest to (or over) the limit."""
     measured = and_(Turn.started_at >= window.start, Turn.context_used_tokens.is_not(None))
-    # Grouped by an expression, so SQLite reads the window's range of the covering index
-    # instead of walking the whole conversation_id index to skip a sort.
-    conversation = (Turn.conversation_id + 0).label("conversation_id")
-    latest = (
-        select(
-            conversation,
-            func.max(Turn.id).label("last_id"),
-            func.count().label("turns"),
-            func.sum(case((Turn.refused, 1), else_=0)).label("refusals"),
-            func.coalesce(func.sum(Turn.overflow_errors), 0).label("overflow_errors"),
-        )
-        .where(measured)
-        .group_by(conversation)
-        .subquery("latest")
+    figures = (
+        func.count().label("turns"),
+        func.sum(case((Turn.refused, 1), else_=0)).label("refusals"),
+        func.coalesce(func.sum(Turn.overflow_errors), 0).label("overflow_errors"),
     )
+    if window.whole_hours:
+        # Each conversation's latest measured turn is kept as it finishes: the top rows come
+        # from that index, and only their conversations' turns are counted.
+        top = (
+            select(ConversationPressure.conversation_id, ConversationPressure.turn_id)
+            .where(ConversationPressure.started_at >= window.start)
+            .order_by(ConversationPressure.utilization.desc(), ConversationPressure.conversation_id)
+            .limit(PRESSURE_ROWS)
+            .subquery("top")
+        )
+        latest = (
+            select(top.c.conversation_id, top.c.turn_id.label("last_id"), *figures)
+            .join(Turn, Turn.conversation_id == top.c.conversation_id)
+            .where(measured)
+            .group_by(top.c.conversation_id, top.c.turn_id)
+            .subquery("latest")
+        )
+    else:
+        # Grouped by an expression, so SQLite reads the window's range of the covering index
+        # instead of walking the whole conversation_id index to skip a sort.
+        conversation = (Turn.conversation_id + 0).label("conversation_id")
+        latest = (
+            select(conversation, func.max(Turn.id).label("last_id"), *figures)
+            .where(measured)
+            .group_by(conversation)
+            .subquery("latest")
+        )
     utilisation = _ratio(Turn.context_used_tokens, Turn.context_available_tokens)
     rows = (
         await db.execute(

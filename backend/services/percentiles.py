@@ -8,6 +8,7 @@ off by at most the spread of the values inside one bin (bins grow by about 1.5x)
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -67,3 +68,8 @@ def percentile(bins: Sequence[Bin], percent: float) -> float | None:
             return item.low + (item.high - item.low) * position
         below += item.count
     return bins[-1].high
+
+
+def bin_index(value: float | None, bounds: Sequence[float] = MS_BOUNDS) -> int | None:
+    """The bin `bin_case` gives `value`, computed in Python."""
+    return None if value is None else bisect.bisect_right(bounds, value)

@@ -25,7 +25,7 @@ from backend.models import (
     User,
 )
 from backend.models.base import utcnow
-from backend.services import attachments
+from backend.services import attachments, rollups
 from backend.services.conversations import user_visible_result
 from chat_shell.contracts import ChainMessage, CompactionRecord, TurnResult
 
@@ -106,11 +106,13 @@ async def start_turn(
         model_profile=model_profile,
     )
     db.add(turn)
+    counted = rollups.turn_row(turn)
     try:
         async with db.begin_nested():
             await db.flush()
     except IntegrityError:
         raise _turn_running() from None
+    rollups.stage_turns(db, [counted])
     return StartedTurn(
         turn.id,
         conversation.id,
@@ -177,23 +179,23 @@ async def record_compaction(
     if record.status not in ("completed", "fallback"):
         return
     before, after = record.before_tokens, record.after_tokens
-    db.add(
-        CompactionEvent(
-            conversation_id=started.conversation_id,
-            turn_id=started.turn_id,
-            assistant_message_pk=started.assistant_message.id,
-            model_profile=model_profile,
-            strategy=record.strategy,
-            status=record.status,
-            before_tokens=before,
-            after_tokens=after,
-            tokens_saved=max(0, before - after) if before is not None and after is not None else None,
-            duration_ms=record.duration_ms,
-            failure_reason=record.failure_reason,
-            retention_score=record.retention_score,
-            created_at=record.created_at,
-        )
+    row = CompactionEvent(
+        conversation_id=started.conversation_id,
+        turn_id=started.turn_id,
+        assistant_message_pk=started.assistant_message.id,
+        model_profile=model_profile,
+        strategy=record.strategy,
+        status=record.status,
+        before_tokens=before,
+        after_tokens=after,
+        tokens_saved=max(0, before - after) if before is not None and after is not None else None,
+        duration_ms=record.duration_ms,
+        failure_reason=record.failure_reason,
+        retention_score=record.retention_score,
+        created_at=record.created_at,
     )
+    db.add(row)
+    rollups.stage_compactions(db, [rollups.compaction_row(row)])
 
 
 async def finish_turn(
@@ -209,6 +211,7 @@ async def finish_turn(
     message = await db.get(Message, started.assistant_message.id)
     turn = await db.get(Turn, started.turn_id)
     assert message is not None and turn is not None
+    running = rollups.turn_row(turn)
     message.status = _MESSAGE_STATUS[terminal]
     document = result_document(result, error)
     if message.has_checkpoint and not has_summary(result.messages_chain):
@@ -240,6 +243,7 @@ async def finish_turn(
         turn.context_used_tokens = metrics.used_input
         turn.context_available_tokens = metrics.available_input
         turn.context_window = metrics.context_window
+    rollups.stage_finished(db, turn, running)
     await db.execute(
         update(Conversation).where(Conversation.id == started.conversation_id).values(updated_at=now)
     )

@@ -3,15 +3,22 @@ and PostgreSQL, and who may see them."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
+from alembic import command
+from sqlalchemy import select
 
-from backend.db import create_engine, session_factory
+from backend.db import alembic_config, create_engine, session_factory
+from backend.models import Conversation, User
 from backend.models.base import utcnow
+from backend.services import dashboard, turns
+from chat_shell.contracts import ContextMetrics, TurnResult
 from tests.support.api import new_operator, new_user
-from tests.support.dashboard import StoredCompaction, StoredTurn, store_metrics
+from tests.support.dashboard import StoredCompaction, StoredTurn, snapshot, store_metrics
 
 
 async def _seed(database_url: str, owner: str) -> dict[str, int]:
@@ -148,3 +155,191 @@ async def test_the_operator_flag_adds_the_dashboard_link(operator: httpx.AsyncCl
         assert 'href="/operators"' not in (await plain.get("/")).text
     finally:
         await plain.aclose()
+
+
+# -- whole-hour windows read the hourly rollups ------------------------------------------------
+
+# Mid-hour, so the 24-hour window (raw rows) and the 7-day one (rollups) cut at different times.
+NOW = datetime(2026, 11, 30, 10, 37, 12, 345_000, tzinfo=utcnow().tzinfo)
+
+
+def _comparable(body: dict[str, Any]) -> dict[str, Any]:
+    """What both windows must agree on when every figure lies inside both."""
+    totals = {key: value for key, value in body["totals"].items()}
+    return {"totals": totals, "strategies": body["compactions_by_strategy"], "pressure": body["pressure"]}
+
+
+def _assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+        if isinstance(value, dict):
+            _assert_same(value, b[key])
+        elif isinstance(value, list):
+            assert len(value) == len(b[key])
+            for x, y in zip(value, b[key], strict=True):
+                _assert_same(x, y)
+        elif isinstance(value, float):
+            assert value == pytest.approx(b[key]), key
+        else:
+            assert value == b[key], key
+
+
+def _spread_turns() -> tuple[list[StoredTurn], list[StoredCompaction]]:
+    """Turns and compactions over the last 20 hours, several to an hour, of two profiles."""
+    stored, compactions = [], []
+    for index in range(60):
+        at = NOW - timedelta(minutes=20 * (59 - index) + 1)
+        refused = index % 11 == 0
+        stored.append(
+            StoredTurn(
+                at,
+                used=1_000 + 97 * index,
+                available=6_000 if index % 2 else 7_000,
+                ttft_ms=None if index % 9 == 0 else 40.0 + 37 * (index % 13) * (index % 5),
+                refused=refused,
+                overflow_errors=int(index % 17 == 0),
+                status="failed" if refused else "completed",
+                reason="context_refused" if refused else "normal_completion",
+                profile="gpt-4o" if index % 3 else "gpt-4o-mini",
+            )
+        )
+        if index % 4 == 0:
+            compactions.append(
+                StoredCompaction(
+                    at,
+                    strategy="summary_compact" if index % 8 else "tool_trim",
+                    status="fallback" if index % 12 == 0 else "completed",
+                    before=6_000 + index,
+                    after=2_000,
+                    duration_ms=300.0 + 111 * (index % 7),
+                    retention=None if index % 8 == 0 else 0.5 + index / 200,
+                )
+            )
+    return stored, compactions
+
+
+async def _summaries(database_url: str, *windows: str) -> list[dict[str, Any]]:
+    engine = create_engine(database_url)
+    try:
+        sessions = session_factory(engine)
+        return [await dashboard.summary(sessions, window, NOW) for window in windows]
+    finally:
+        await engine.dispose()
+
+
+async def test_whole_hour_windows_show_the_figures_of_the_raw_rows(
+    alice: httpx.AsyncClient, database_url: str
+) -> None:
+    stored, compactions = _spread_turns()
+    week_start = dashboard.Window.ending_now("7d", NOW).start
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as db, db.begin():
+            await store_metrics(db, "alice", stored, compactions)
+    finally:
+        await engine.dispose()
+
+    day, week, month = await _summaries(database_url, "24h", "7d", "30d")
+    assert day["totals"]["turns"] == 60 and day["totals"]["compactions"] == 15
+    assert len(day["pressure"]) == 1
+    _assert_same(_comparable(day), _comparable(week))
+    _assert_same(_comparable(day), _comparable(month))
+    assert sum(point["turns"] for point in week["turns"]) == 60
+    for series, key in (("turns", "refusals"), ("compactions", "fallback"), ("compactions", "tokens_saved")):
+        assert sum(p[key] for p in week[series]) == sum(p[key] for p in day[series]) > 0
+
+    # The edges of the 7-day window: its first instant counts, the one before does not.
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as db, db.begin():
+            await store_metrics(
+                db,
+                "alice",
+                [StoredTurn(week_start - timedelta(microseconds=1), used=6_999, ttft_ms=5)],
+                [StoredCompaction(week_start - timedelta(microseconds=1))],
+            )
+            await store_metrics(
+                db,
+                "alice",
+                [StoredTurn(week_start, used=100, ttft_ms=90_000, status="failed")],
+                [StoredCompaction(week_start, duration_ms=50_000, retention=0.1)],
+            )
+    finally:
+        await engine.dispose()
+    (week,) = await _summaries(database_url, "7d")
+    totals = week["totals"]
+    assert (totals["turns"], totals["failed_turns"], totals["compactions"]) == (
+        61,
+        1 + day["totals"]["failed_turns"],
+        16,
+    )
+    assert totals["ttft_p95_ms"] > day["totals"]["ttft_p95_ms"]
+    assert week["turns"][0]["turns"] == 1 and week["turns"][0]["ttft_p50_ms"] == 90_000
+    assert week["compactions"][0]["retention_min"] == pytest.approx(0.1)
+    assert totals["utilization_max"] == day["totals"]["utilization_max"]
+    assert [row["used_input"] for row in week["pressure"]] == [day["pressure"][0]["used_input"], 100]
+
+
+async def test_turns_count_in_the_rollups_when_they_start_and_finish(
+    alice: httpx.AsyncClient, database_url: str
+) -> None:
+    """Through the service's own path: a running turn counts at once; two turns finishing at
+    the same time in the same hour both land; the rollups then agree with the raw rows."""
+    engine = create_engine(database_url)
+    sessions = session_factory(engine)
+    try:
+        started = []
+        async with sessions() as db, db.begin():
+            owner = await db.scalar(select(User).where(User.username == "alice"))
+            assert owner is not None
+            for _ in range(2):
+                cid = await store_metrics(db, "alice", [])
+                conversation = await db.get(Conversation, cid)
+                assert conversation is not None
+                started.append(await turns.start_turn(db, owner, conversation, "hi", [], "runner", "gpt-4o"))
+        now = utcnow()
+        day, week = [await dashboard.summary(sessions, w, now) for w in ("24h", "7d")]
+        assert day["totals"]["turns"] == week["totals"]["turns"] == 2
+        assert week["totals"]["running_turns"] == 2 and week["totals"]["ttft_p50_ms"] is None
+
+        async def finish(index: int) -> None:
+            result = TurnResult(
+                value="ok",
+                termination_reason="normal_completion",
+                ttft_ms=100.0 + 50 * index,
+                overflow_errors=index,
+                context_metrics=ContextMetrics.model_validate(snapshot(3_500 + 1_000 * index, 7_000)),
+            )
+            async with sessions() as db, db.begin():
+                await turns.finish_turn(db, started[index], "turn.completed", result, None, utcnow(), 1)
+
+        await asyncio.gather(finish(0), finish(1))
+        day, week = [await dashboard.summary(sessions, w, now) for w in ("24h", "7d")]
+        _assert_same(_comparable(day), _comparable(week))
+        totals = week["totals"]
+        assert (totals["turns"], totals["running_turns"], totals["overflow_errors"]) == (2, 0, 1)
+        assert (totals["ttft_p50_ms"], totals["ttft_p95_ms"]) == (100.0, 150.0)
+        assert totals["utilization_max"] == pytest.approx(4_500 / 7_000)
+    finally:
+        await engine.dispose()
+
+
+async def test_the_migration_fills_the_rollups_from_stored_rows(
+    alice: httpx.AsyncClient, database_url: str
+) -> None:
+    stored, compactions = _spread_turns()
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as db, db.begin():
+            await store_metrics(db, "alice", stored, compactions)
+    finally:
+        await engine.dispose()
+    kept = await _summaries(database_url, "7d", "30d")
+
+    def remigrate() -> None:
+        command.downgrade(alembic_config(database_url), "0004")
+        command.upgrade(alembic_config(database_url), "head")
+
+    await asyncio.to_thread(remigrate)
+    for before, after in zip(kept, await _summaries(database_url, "7d", "30d"), strict=True):
+        _assert_same(before, after)

@@ -7,8 +7,9 @@ import math
 
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import Float, create_engine, literal, select
 
-from backend.services.percentiles import MS_BOUNDS, Bin, merge, percentile
+from backend.services.percentiles import MS_BOUNDS, Bin, bin_case, bin_index, merge, percentile
 
 
 def binned(values: list[float]) -> list[Bin]:
@@ -51,3 +52,11 @@ def test_the_estimate_stays_within_the_bin_of_the_true_percentile(values: list[f
 def test_merging_groups_adds_counts_and_widens_extremes() -> None:
     merged = merge([Bin(3, 2, 60.0, 70.0), Bin(1, 1, 20.0, 20.0), Bin(3, 1, 55.0, 55.0)])
     assert merged == [Bin(1, 1, 20.0, 20.0), Bin(3, 3, 55.0, 70.0)]
+
+
+def test_the_rollups_bin_a_value_where_the_sql_grouping_does() -> None:
+    """Rollups bin values in Python as they are written; the raw queries bin them in SQL."""
+    values = [None, 0.0, 9.999, *MS_BOUNDS, *(bound - 0.5 for bound in MS_BOUNDS), 10**7]
+    with create_engine("sqlite://").connect() as connection:
+        in_sql = [connection.scalar(select(bin_case(literal(value, Float)))) for value in values]
+    assert [bin_index(value) for value in values] == in_sql

@@ -1,7 +1,9 @@
 """Stored turns and compaction rows for dashboard tests and the operators benchmark.
 
 Written with bulk inserts straight into the tables the backend fills when turns finish
-(`turns`, `messages`, `compaction_events`), so a test can place figures at chosen times.
+(`turns`, `messages`, `compaction_events`), so a test can place figures at chosen times; the
+dashboard's hourly rollups get the same figures through the service's own staging
+(`services.rollups`), as finishing turns and recording compactions do.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.models import CompactionEvent, Conversation, Message, Turn, User
+from backend.services import rollups
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,15 @@ async def store_metrics(
         }
         for index, turn in enumerate(turns)
     ]
+    turn_ids: list[int] = []
     for chunk in range(0, len(turn_rows), 2_000):
-        await db.execute(insert(Turn), turn_rows[chunk : chunk + 2_000])
+        rows = await db.execute(
+            insert(Turn).returning(Turn.id, sort_by_parameter_order=True), turn_rows[chunk : chunk + 2_000]
+        )
+        turn_ids += list(rows.scalars())
+    finished = [Turn(id=turn_id, **row) for turn_id, row in zip(turn_ids, turn_rows, strict=True)]
+    rollups.stage_turns(db, [rollups.turn_row(turn) for turn in finished])
+    rollups.stage_pressure(db, [rollups.pressure_row(turn) for turn in finished])
     compaction_rows = [
         {
             "conversation_id": conversation.id,
@@ -142,4 +152,5 @@ async def store_metrics(
     ]
     for chunk in range(0, len(compaction_rows), 2_000):
         await db.execute(insert(CompactionEvent), compaction_rows[chunk : chunk + 2_000])
+    rollups.stage_compactions(db, [rollups.compaction_row(CompactionEvent(**row)) for row in compaction_rows])
     return conversation.id

@@ -1,0 +1,239 @@
+"""Keeping the dashboard's hourly rollups (`models.rollups`) equal to the raw rows.
+
+Each turn and compaction row contributes figures to one rollup row (its hour x model profile x
+value bin). Callers stage contributions in the transaction that writes the raw row: a turn
+counts when it starts, and when it finishes its running contribution is swapped for the finished
+one. Staged figures are merged per rollup row and written just before the transaction commits,
+as upserts that add to the stored sums, in one global key order: two transactions finishing turns
+of the same hour serialize on the row (PostgreSQL) instead of losing an update, and never lock
+the same rows in opposite orders (no deadlocks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Table, case, event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, SessionTransaction
+
+from backend.models import CompactionEvent, CompactionHour, ConversationPressure, Turn, TurnHour, TurnStatus
+from backend.models.rollups import NO_BIN, NO_PROFILE
+from backend.services import percentiles
+
+Row = dict[str, Any]
+_STAGED = "dashboard_rollups"
+# Rows per upsert statement, well under SQLite's bound-parameter limit.
+_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """Which columns of a rollup table are keys, added up, or kept as the lowest or highest."""
+
+    table: Table
+    keys: tuple[str, ...]
+    sums: tuple[str, ...]
+    lows: tuple[str, ...]
+    highs: tuple[str, ...]
+
+
+TURNS = _Shape(
+    TurnHour.__table__,  # type: ignore[arg-type]
+    keys=("hour", "model_profile", "ttft_bin"),
+    sums=("turns", "utilization_sum", "utilization_count", "refusals", "overflow_errors", "failed"),
+    lows=("ttft_min",),
+    highs=("utilization_max", "ttft_max"),
+)
+COMPACTIONS = _Shape(
+    CompactionHour.__table__,  # type: ignore[arg-type]
+    keys=("hour", "model_profile", "strategy", "status", "duration_bin"),
+    sums=("attempts", "tokens_saved", "retention_sum", "retention_count"),
+    lows=("retention_min", "duration_min"),
+    highs=("duration_max",),
+)
+
+
+PRESSURE: Table = ConversationPressure.__table__  # type: ignore[assignment]
+
+
+def hour_of(moment: datetime) -> int:
+    """Whole hours since the Unix epoch (UTC), the rollups' time key."""
+    return int(moment.timestamp() // 3600)
+
+
+def turn_row(turn: Turn) -> Row:
+    """What one turn, as it stands, adds to its rollup row (same figures as the raw queries)."""
+    used, available = turn.context_used_tokens, turn.context_available_tokens
+    utilization = used / available if used is not None and available else None
+    ttft_bin = percentiles.bin_index(turn.ttft_ms)
+    return {
+        "hour": hour_of(turn.started_at),
+        "model_profile": turn.model_profile or NO_PROFILE,
+        "ttft_bin": NO_BIN if ttft_bin is None else ttft_bin,
+        "turns": 1,
+        "utilization_sum": utilization or 0.0,
+        "utilization_count": int(utilization is not None),
+        "utilization_max": utilization,
+        "refusals": int(bool(turn.refused)),
+        "overflow_errors": turn.overflow_errors or 0,
+        "failed": int(turn.status == TurnStatus.FAILED),
+        "ttft_min": turn.ttft_ms,
+        "ttft_max": turn.ttft_ms,
+    }
+
+
+def compaction_row(compaction: CompactionEvent) -> Row:
+    duration_bin = percentiles.bin_index(compaction.duration_ms)
+    retention = compaction.retention_score
+    return {
+        "hour": hour_of(compaction.created_at),
+        "model_profile": compaction.model_profile or NO_PROFILE,
+        "strategy": compaction.strategy,
+        "status": compaction.status,
+        "duration_bin": NO_BIN if duration_bin is None else duration_bin,
+        "attempts": 1,
+        "tokens_saved": compaction.tokens_saved or 0,
+        "retention_sum": retention or 0.0,
+        "retention_count": int(retention is not None),
+        "retention_min": retention,
+        "duration_min": compaction.duration_ms,
+        "duration_max": compaction.duration_ms,
+    }
+
+
+def pressure_row(turn: Turn) -> Row | None:
+    """The turn as its conversation's latest measured turn (None without a snapshot)."""
+    if turn.context_used_tokens is None:
+        return None
+    available = turn.context_available_tokens
+    return {
+        "conversation_id": turn.conversation_id,
+        "turn_id": turn.id,
+        "started_at": turn.started_at,
+        "utilization": turn.context_used_tokens / available if available else None,
+    }
+
+
+def stage_finished(db: Any, turn: Turn, running: Row) -> None:
+    """A finished turn: its figures replace its running ones, and it may be its conversation's
+    latest measured turn."""
+    stage_turns(db, [turn_row(turn)], removed=[running])
+    stage_pressure(db, [pressure_row(turn)])
+
+
+def stage_pressure(db: Any, rows: Iterable[Row | None]) -> None:
+    staged = _staged(db, PRESSURE)
+    for row in rows:
+        if row is not None:
+            seen = staged.get((row["conversation_id"],))
+            if seen is None or seen["turn_id"] < row["turn_id"]:
+                staged[(row["conversation_id"],)] = row
+
+
+def stage_turns(db: Any, added: Iterable[Row], removed: Iterable[Row] = ()) -> None:
+    """Adds turns' figures (and takes back `removed`, a turn's earlier figures) at commit.
+
+    Extremes are only ever widened: a turn's earlier figures carry none worth taking back (a
+    running turn has no time to first token or utilisation yet).
+    """
+    staged = _staged(db, TURNS)
+    for row in removed:
+        _merge(
+            staged,
+            TURNS,
+            {**row, **{c: -row[c] for c in TURNS.sums}, **dict.fromkeys(TURNS.lows + TURNS.highs)},
+        )
+    for row in added:
+        _merge(staged, TURNS, row)
+
+
+def stage_compactions(db: Any, rows: Iterable[Row]) -> None:
+    staged = _staged(db, COMPACTIONS)
+    for row in rows:
+        _merge(staged, COMPACTIONS, row)
+
+
+def _staged(db: Any, shape: _Shape | Table) -> dict[tuple[Any, ...], Row]:
+    # `db` is a Session or an AsyncSession; both share the sync session's `info`.
+    staged: dict[str, dict[tuple[Any, ...], Row]] = db.info.setdefault(_STAGED, {})
+    table = shape.table if isinstance(shape, _Shape) else shape
+    return staged.setdefault(table.name, {})
+
+
+def _merge(staged: dict[tuple[Any, ...], Row], shape: _Shape, row: Row) -> None:
+    key = tuple(row[c] for c in shape.keys)
+    seen = staged.get(key)
+    if seen is None:
+        staged[key] = dict(row)
+        return
+    for column in shape.sums:
+        seen[column] += row[column]
+    for column in shape.lows:
+        seen[column] = _pick(min, seen[column], row[column])
+    for column in shape.highs:
+        seen[column] = _pick(max, seen[column], row[column])
+
+
+def _pick(choose: Any, a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else choose(a, b)
+
+
+def _upserts(dialect: str, shape: _Shape, rows: Sequence[Row]) -> Any:
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(shape.table).values(list(rows))
+    stored, new = shape.table.c, stmt.excluded
+    values: dict[str, Any] = {c: stored[c] + new[c] for c in shape.sums}
+    # NULL-aware least/greatest that reads the same on both databases.
+    for column in shape.lows:
+        values[column] = case(
+            (new[column].is_(None), stored[column]),
+            (stored[column].is_(None) | (new[column] < stored[column]), new[column]),
+            else_=stored[column],
+        )
+    for column in shape.highs:
+        values[column] = case(
+            (new[column].is_(None), stored[column]),
+            (stored[column].is_(None) | (new[column] > stored[column]), new[column]),
+            else_=stored[column],
+        )
+    return stmt.on_conflict_do_update(index_elements=list(shape.keys), set_=values)
+
+
+def _pressure_upserts(dialect: str, rows: Sequence[Row]) -> Any:
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(PRESSURE).values(list(rows))
+    new = stmt.excluded
+    return stmt.on_conflict_do_update(
+        index_elements=["conversation_id"],
+        set_={c: new[c] for c in ("turn_id", "started_at", "utilization")},
+        # Only a later turn replaces the stored one, whatever order transactions commit in.
+        where=PRESSURE.c.turn_id < new.turn_id,
+    )
+
+
+@event.listens_for(Session, "before_commit")
+def _write_staged(session: Session) -> None:
+    staged = session.info.pop(_STAGED, None)
+    if not staged:
+        return
+    dialect = session.get_bind().dialect.name
+    # Compactions, turns, then conversations, each in key order: every transaction locks in one order.
+    for shape in (COMPACTIONS, TURNS):
+        rows = [staged[shape.table.name][key] for key in sorted(staged.get(shape.table.name, {}))]
+        for start in range(0, len(rows), _CHUNK):
+            session.execute(_upserts(dialect, shape, rows[start : start + _CHUNK]))
+    latest = staged.get(PRESSURE.name, {})
+    rows = [latest[key] for key in sorted(latest)]
+    for start in range(0, len(rows), _CHUNK):
+        session.execute(_pressure_upserts(dialect, rows[start : start + _CHUNK]))
+
+
+@event.listens_for(Session, "after_transaction_end")
+def _drop_staged(session: Session, transaction: SessionTransaction) -> None:
+    # A rolled-back transaction's figures never reach the rollups.
+    if transaction.parent is None:
+        session.info.pop(_STAGED, None)
