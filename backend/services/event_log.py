@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, insert, select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.models import TurnEvent
@@ -24,6 +25,9 @@ from backend.models import TurnEvent
 log = logging.getLogger(__name__)
 
 DELTA = "message.delta"
+# A batch that finds SQLite locked past its busy timeout is written again this many times.
+LOCKED_ATTEMPTS = 5
+LOCKED_BACKOFF_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -103,13 +107,17 @@ class TurnLog:
 Publish = Callable[[Sequence[StoredEvent]], Awaitable[None]]
 
 
+# A turn's events waiting for the next group commit, each with what commits beside it.
+QueuedEvents = tuple[TurnLog, list[tuple[StoredEvent, CommitHook | None]]]
+
+
 class EventWriter:
     """The process-wide group-commit writer behind every `TurnLog`."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], publish: Publish) -> None:
         self._sessions = sessions
         self._publish = publish
-        self._queue: list[tuple[TurnLog, list[tuple[StoredEvent, CommitHook | None]]]] = []
+        self._queue: list[QueuedEvents] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -136,22 +144,38 @@ class EventWriter:
             if batch:
                 await self._commit(batch)
 
-    async def _commit(self, batch: list[tuple[TurnLog, list[tuple[StoredEvent, CommitHook | None]]]]) -> None:
+    async def _write(self, batch: list[QueuedEvents], events: list[StoredEvent]) -> None:
+        async with self._sessions() as db, db.begin():
+            await db.execute(
+                insert(TurnEvent),
+                [{"turn_id": e.turn_id, "seq": e.seq, "event": e.event, "data": e.data} for e in events],
+            )
+            for _, items in batch:
+                for event, hook in items:
+                    if hook is not None:
+                        await hook(db, [event])
+
+    async def _commit(self, batch: list[QueuedEvents]) -> None:
         events = [event for _, items in batch for event, _ in items]
         error: BaseException | None = None
-        try:
-            async with self._sessions() as db, db.begin():
-                await db.execute(
-                    insert(TurnEvent),
-                    [{"turn_id": e.turn_id, "seq": e.seq, "event": e.event, "data": e.data} for e in events],
-                )
-                for _, items in batch:
-                    for event, hook in items:
-                        if hook is not None:
-                            await hook(db, [event])
-        except Exception as exc:  # the turns in this batch stop; others keep going
-            log.exception("event log commit failed for turns %s", sorted({e.turn_id for e in events}))
-            error = exc
+        for attempt in range(1, LOCKED_ATTEMPTS + 1):
+            try:
+                await self._write(batch, events)
+                break
+            except OperationalError as exc:
+                # SQLite's single write lock, held past the busy timeout by a burst of other
+                # writers: the events are still here, so wait and write them rather than lose
+                # the turns.
+                if not _is_locked(exc) or attempt == LOCKED_ATTEMPTS:
+                    log.exception("event log commit failed for turns %s", sorted({e.turn_id for e in events}))
+                    error = exc
+                    break
+                log.warning("event log commit waited for the database lock (attempt %d), retrying", attempt)
+                await asyncio.sleep(LOCKED_BACKOFF_SECONDS * attempt)
+            except Exception as exc:  # the turns in this batch stop; others keep going
+                log.exception("event log commit failed for turns %s", sorted({e.turn_id for e in events}))
+                error = exc
+                break
         if error is None:
             try:
                 await self._publish(events)
@@ -177,3 +201,7 @@ async def read_events(db: AsyncSession, turn_id: int, after_seq: int, limit: int
         .limit(limit)
     )
     return [StoredEvent(turn_id, seq, event, data) for seq, event, data in rows]
+
+
+def _is_locked(exc: OperationalError) -> bool:
+    return "database is locked" in str(exc.orig)

@@ -1,7 +1,9 @@
-"""A send that cannot get SQLite's write lock fails clearly and stores nothing."""
+"""SQLite's write lock held past the busy timeout: a send fails clearly and stores nothing;
+a running turn's events wait and are written, none lost."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable
 
@@ -12,6 +14,7 @@ from backend.settings import Settings
 from tests.support.api import new_user
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import serve
+from tests.support.sse import read_stream
 
 
 async def test_a_locked_database_answers_503_and_the_retry_succeeds(
@@ -43,4 +46,37 @@ async def test_a_locked_database_answers_503_and_the_retry_succeeds(
         assert [m["role"] for m in messages] == ["user", "assistant"]
         assert {m["status"] for m in messages} == {"completed"}
         assert messages[0]["content"] == "hi" and messages[1]["result"]["value"] == "hello back"
+        await client.aclose()
+
+
+async def test_a_turn_streaming_while_the_database_is_locked_loses_no_event(
+    sqlite_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
+) -> None:
+    reply = "one two three four five six seven eight nine ten eleven twelve"
+    settings = make_settings(
+        sqlite_url, openai_base_url=scripted_provider.base_url, sqlite_busy_timeout_seconds=0.2
+    )
+    scripted_provider.script(text(reply, token_delay=0.1))
+    async with serve(create_app(settings)) as base_url:
+        client = await new_user(base_url, "streamer")
+        cid = (await client.post("/api/conversations", json={"title": "t"})).json()["id"]
+        assert (
+            await client.post(f"/api/conversations/{cid}/messages", json={"content": "count"})
+        ).status_code == 202
+        reading = asyncio.create_task(read_stream(client, cid))
+        await asyncio.sleep(0.3)
+        # Longer than the busy timeout, in the middle of the turn: the event log's group
+        # commits find the database locked and must write their events afterwards.
+        holder = sqlite3.connect(make_url(sqlite_url).database, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        await asyncio.sleep(1.0)
+        holder.execute("ROLLBACK")
+        holder.close()
+        streamed = await asyncio.wait_for(reading, 30)
+        assert streamed.terminal is not None and streamed.terminal.event == "turn.completed"
+        assert streamed.text == reply
+        seqs = [int(e.id.split(":")[1]) for e in streamed.events]
+        assert seqs == list(range(1, len(seqs) + 1))
+        replay = await read_stream(client, cid, after=0)
+        assert replay.text == reply
         await client.aclose()
