@@ -162,17 +162,14 @@ class EventWriter:
             try:
                 await self._write(batch, events)
                 break
-            except OperationalError as exc:
-                # SQLite's single write lock, held past the busy timeout by a burst of other
-                # writers: the events are still here, so wait and write them rather than lose
-                # the turns.
-                if not _is_locked(exc) or attempt == LOCKED_ATTEMPTS:
-                    log.exception("event log commit failed for turns %s", sorted({e.turn_id for e in events}))
-                    error = exc
-                    break
-                log.warning("event log commit waited for the database lock (attempt %d), retrying", attempt)
-                await asyncio.sleep(LOCKED_BACKOFF_SECONDS * attempt)
-            except Exception as exc:  # the turns in this batch stop; others keep going
+            except Exception as exc:
+                if attempt < LOCKED_ATTEMPTS and _is_locked(exc):
+                    # SQLite's single write lock, held past the busy timeout by a burst of other
+                    # writers: the events are still here, so wait and write them, not lose them.
+                    log.warning("event log found the database locked (attempt %d), retrying", attempt)
+                    await asyncio.sleep(LOCKED_BACKOFF_SECONDS * attempt)
+                    continue
+                # The turns in this batch stop; others keep going.
                 log.exception("event log commit failed for turns %s", sorted({e.turn_id for e in events}))
                 error = exc
                 break
@@ -203,5 +200,5 @@ async def read_events(db: AsyncSession, turn_id: int, after_seq: int, limit: int
     return [StoredEvent(turn_id, seq, event, data) for seq, event, data in rows]
 
 
-def _is_locked(exc: OperationalError) -> bool:
-    return "database is locked" in str(exc.orig)
+def _is_locked(exc: Exception) -> bool:
+    return isinstance(exc, OperationalError) and "database is locked" in str(exc.orig)

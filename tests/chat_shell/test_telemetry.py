@@ -192,17 +192,23 @@ async def test_an_emergency_truncation_is_a_compaction_span_with_the_source_stag
     assert event["tokens_saved"] == event["before_tokens"] - event["after_tokens"] > 0
 
 
+def _log_questions(pairs: int, chars: int) -> list[ChainMessage]:
+    """Earlier turns: questions about long logs, each with a short answer."""
+    history: list[ChainMessage] = []
+    for index in range(pairs):
+        history += [
+            ChainMessage(role="user", content=f"Question {index}: {log_text(chars, seed=index)}"),
+            ChainMessage(role="assistant", content=f"Answer {index}."),
+        ]
+    return history
+
+
 async def test_a_completed_summary_compaction_is_a_span_event_and_counted(
     telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
 ) -> None:
     labels = {"model_profile": "gpt-4o", "strategy": "summary_compact"}
     completed = telemetry.total("chat_shell.compactions", status="completed", **labels)
-    history: list[ChainMessage] = []
-    for index in range(12):
-        history += [
-            ChainMessage(role="user", content=f"Question {index}: {log_text(3_000, seed=index)}"),
-            ChainMessage(role="assistant", content=f"Answer {index}."),
-        ]
+    history = _log_questions(12, 3_000)
     scripted_provider.script_summaries(text("Summary of earlier turns: twelve questions about logs."))
     scripted_provider.script(text("Done."))
     shell = make_shell(context_window=20_000, max_output_tokens=4_000)
@@ -224,12 +230,7 @@ async def test_a_summary_compaction_fallback_is_counted_with_its_reason(
 ) -> None:
     labels = {"model_profile": "gpt-4o", "strategy": "summary_compact"}
     fallbacks = telemetry.total("chat_shell.compactions", status="fallback", **labels)
-    history: list[ChainMessage] = []
-    for index in range(12):
-        history += [
-            ChainMessage(role="user", content=f"Question {index}: {log_text(3_000, seed=index)}"),
-            ChainMessage(role="assistant", content=f"Answer {index}."),
-        ]
+    history = _log_questions(12, 3_000)
     scripted_provider.script_summaries(http_error(500))
     scripted_provider.script(text("Done."))
     shell = make_shell(context_window=20_000, max_output_tokens=4_000)
@@ -250,12 +251,7 @@ async def test_an_overflow_retry_after_a_forced_compaction_is_counted(
     labels = {"model_profile": "gpt-4o"}
     overflows = telemetry.total("chat_shell.provider.overflow_errors", **labels)
     completed = telemetry.total("chat_shell.turns", termination_reason="normal_completion", **labels)
-    history: list[ChainMessage] = []
-    for index in range(6):
-        history += [
-            ChainMessage(role="user", content=f"Question {index}: {log_text(2_000, seed=index)}"),
-            ChainMessage(role="assistant", content=f"Answer {index}."),
-        ]
+    history = _log_questions(6, 2_000)
     # The provider counts the reply's max_tokens (16,384 for gpt-4o) against its window, so only
     # the first request (about 6,000 prompt tokens) overflows; the compacted retry fits.
     scripted_provider.context_window = 22_000

@@ -1,6 +1,6 @@
 """Browser harness shared by the browser tests and the frontend benchmark.
 
-Headless Debian Chromium driven by Playwright's sync API (never `playwright install`), the
+Headless Debian Chromium driven by Playwright's sync API (never a browser downloaded by Playwright), the
 backend and the scripted provider served on loopback ports from background threads, and direct
 database seeding for states a scripted run cannot reach quickly (long conversations, stored
 compaction records).
