@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 
+import pytest
 from sqlalchemy.engine import make_url
 
 from backend.app import create_app
@@ -17,24 +19,39 @@ from tests.support.servers import serve
 from tests.support.sse import read_stream
 
 
-async def test_a_locked_database_answers_503_and_the_retry_succeeds(
+@pytest.fixture
+async def impatient_server(
     sqlite_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
-) -> None:
+) -> AsyncIterator[str]:
+    """The backend on SQLite with a 0.2 s busy timeout, so a held lock outlasts it at once."""
     settings = make_settings(
         sqlite_url, openai_base_url=scripted_provider.base_url, sqlite_busy_timeout_seconds=0.2
     )
-    scripted_provider.script(text("hello back"))
     async with serve(create_app(settings)) as base_url:
-        client = await new_user(base_url, "busy")
+        yield base_url
+
+
+@contextmanager
+def write_lock_held(database_url: str) -> Iterator[None]:
+    """Another process holds the write lock (a long migration, a backup, another replica)."""
+    holder = sqlite3.connect(make_url(database_url).database, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+async def test_a_locked_database_answers_503_and_the_retry_succeeds(
+    impatient_server: str, sqlite_url: str, scripted_provider: ScriptedProvider
+) -> None:
+    scripted_provider.script(text("hello back"))
+    client = await new_user(impatient_server, "busy")
+    try:
         cid = (await client.post("/api/conversations", json={"title": "t"})).json()["id"]
-        # Another process holds the write lock (a long migration, a backup, another replica).
-        holder = sqlite3.connect(make_url(sqlite_url).database, isolation_level=None)
-        holder.execute("BEGIN IMMEDIATE")
-        try:
+        with write_lock_held(sqlite_url):
             refused = await client.post(f"/api/conversations/{cid}/messages", json={"content": "hi"})
-        finally:
-            holder.execute("ROLLBACK")
-            holder.close()
         assert refused.status_code == 503
         assert refused.json()["code"] == "database_busy"
         assert refused.headers["retry-after"] == "1"
@@ -46,19 +63,17 @@ async def test_a_locked_database_answers_503_and_the_retry_succeeds(
         assert [m["role"] for m in messages] == ["user", "assistant"]
         assert {m["status"] for m in messages} == {"completed"}
         assert messages[0]["content"] == "hi" and messages[1]["result"]["value"] == "hello back"
+    finally:
         await client.aclose()
 
 
 async def test_a_turn_streaming_while_the_database_is_locked_loses_no_event(
-    sqlite_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
+    impatient_server: str, sqlite_url: str, scripted_provider: ScriptedProvider
 ) -> None:
     reply = "one two three four five six seven eight nine ten eleven twelve"
-    settings = make_settings(
-        sqlite_url, openai_base_url=scripted_provider.base_url, sqlite_busy_timeout_seconds=0.2
-    )
     scripted_provider.script(text(reply, token_delay=0.1))
-    async with serve(create_app(settings)) as base_url:
-        client = await new_user(base_url, "streamer")
+    client = await new_user(impatient_server, "streamer")
+    try:
         cid = (await client.post("/api/conversations", json={"title": "t"})).json()["id"]
         assert (
             await client.post(f"/api/conversations/{cid}/messages", json={"content": "count"})
@@ -67,11 +82,8 @@ async def test_a_turn_streaming_while_the_database_is_locked_loses_no_event(
         await asyncio.sleep(0.3)
         # Longer than the busy timeout, in the middle of the turn: the event log's group
         # commits find the database locked and must write their events afterwards.
-        holder = sqlite3.connect(make_url(sqlite_url).database, isolation_level=None)
-        holder.execute("BEGIN IMMEDIATE")
-        await asyncio.sleep(1.0)
-        holder.execute("ROLLBACK")
-        holder.close()
+        with write_lock_held(sqlite_url):
+            await asyncio.sleep(1.0)
         streamed = await asyncio.wait_for(reading, 30)
         assert streamed.terminal is not None and streamed.terminal.event == "turn.completed"
         assert streamed.text == reply
@@ -79,4 +91,5 @@ async def test_a_turn_streaming_while_the_database_is_locked_loses_no_event(
         assert seqs == list(range(1, len(seqs) + 1))
         replay = await read_stream(client, cid, after=0)
         assert replay.text == reply
+    finally:
         await client.aclose()
