@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import httpx
 import pytest
+from langchain_openai.chat_models._client_utils import _cached_async_httpx_client
 
 from backend.app import create_app
 from backend.settings import Settings
@@ -25,6 +26,15 @@ os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(ROOT / ".cache" / "tiktoken"))
 ON_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 DEEP = os.environ.get("CHAT_SHELL_DEEP", "") == "1"
 T = TypeVar("T")
+
+
+@pytest.fixture(autouse=True)
+def fresh_provider_clients() -> Iterator[None]:
+    """langchain-openai shares one async httpx client per (base URL, timeout) for the whole
+    process. Each test runs its own event loop and scripted provider, and a provider port the
+    OS hands out again would otherwise get a client bound to an earlier test's closed loop."""
+    yield
+    _cached_async_httpx_client.cache_clear()
 
 
 @pytest.fixture(scope="session")
