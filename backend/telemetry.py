@@ -8,6 +8,8 @@ Standard `OTEL_*` environment variables choose what leaves the process:
   Unset, traces and metrics go to OTLP only when `OTEL_EXPORTER_OTLP_ENDPOINT` (or the
   signal's own endpoint) is set, and nowhere otherwise;
 - `OTEL_EXPORTER_OTLP_*`: the OTLP/HTTP exporter's endpoint, headers, timeout;
+- `OTEL_METRICS_EXEMPLAR_FILTER`: exemplars are off unless this asks for them (the Prometheus
+  text at `/metrics` carries none, and sampling them costs every measurement CPU);
 - `OTEL_SDK_DISABLED=true` (or `CHAT_SHELL_TELEMETRY_ENABLED=false`): nothing is installed and
   every instrument and span is the API's no-op.
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 
 from opentelemetry import metrics, trace
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, ExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
     MetricReader,
@@ -135,6 +137,11 @@ def _views() -> list[View]:
     ]
 
 
+def _exemplar_filter() -> ExemplarFilter | None:
+    """Off, unless `OTEL_METRICS_EXEMPLAR_FILTER` is set (None lets the SDK read it)."""
+    return None if os.environ.get("OTEL_METRICS_EXEMPLAR_FILTER") else AlwaysOffExemplarFilter()
+
+
 def _install(
     component: str, span_processors: Sequence[SpanProcessor], metric_readers: Sequence[MetricReader]
 ) -> Telemetry:
@@ -150,7 +157,9 @@ def _install(
         *(_metric_reader(name) for name in _exporters("metrics")),
         *metric_readers,
     ]
-    meter_provider = MeterProvider(resource=resource, metric_readers=readers, views=_views())
+    meter_provider = MeterProvider(
+        resource=resource, metric_readers=readers, views=_views(), exemplar_filter=_exemplar_filter()
+    )
     trace.set_tracer_provider(tracer_provider)
     metrics.set_meter_provider(meter_provider)
     return Telemetry(tracer_provider, meter_provider, registry)

@@ -120,6 +120,7 @@ class ChatShell:
             model = create_chat_model(
                 replace(profile, max_output_tokens=min(profile.max_output_tokens, 2 * cap)),
                 replace(self.config.provider, timeout_seconds=self.config.summary_timeout_seconds),
+                purpose="summary",
             )
             summarizer = self._summarizers[key] = ModelSummarizer(model)
         return summarizer

@@ -3,7 +3,7 @@
 The runtime hands every event of the turn through `watch` on its way to the caller, so the
 turn's outcome, compactions, tool calls, refusal, overflow errors and time to first token are
 measured from the same events the user sees. The turn span is made current for the whole run
-(and the turn's scope set for `MODEL_CALLS`), so the guard's `context_protection.*` events and
+(and the turn's scope set for `model_call`), so the guard's `context_protection.*` events and
 the per-call spans nest under it.
 """
 
@@ -28,7 +28,7 @@ from chat_shell.contracts import (
     TurnResult,
 )
 from chat_shell.observability import instruments
-from chat_shell.observability.model_spans import MODEL_CALLS, TurnScope, current_turn
+from chat_shell.observability.model_spans import TurnScope, current_turn
 from chat_shell.providers.profiles import ModelProfile
 from chat_shell.telemetry import sdk_installed, tracer
 
@@ -79,8 +79,6 @@ class TurnTelemetry:
         finally:
             current_turn.reset(scope_token)
             otel_context.detach(token)
-            if self._scope is not None:
-                MODEL_CALLS.abandon(self._scope)
             for span in self._tools.values():
                 span.set_attribute("error.type", "cancelled")
                 span.end()

@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import AIMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
 
-from chat_shell.observability.model_spans import MODEL_CALLS
+from chat_shell.observability.model_spans import model_call
 from chat_shell.providers.profiles import ModelProfile
-from chat_shell.telemetry import sdk_installed
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,28 @@ def join_text_parts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return joined
 
 
-class StringContentChatOpenAI(ChatOpenAI):
+class TracedChatOpenAI(ChatOpenAI):
+    """`ChatOpenAI` whose calls inside a turn get a span and the model-call metrics."""
+
+    # What the calls are for, a bounded metric label: `answer` or `summary`.
+    call_purpose: str = "answer"
+
+    async def ainvoke(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AIMessage:
+        with model_call(self.call_purpose, self.model_name, self.max_tokens, input) as call:
+            reply = await super().ainvoke(input, config, stop=stop, **kwargs)
+            if call is not None:
+                call.succeeded(reply)
+            return reply
+
+
+class StringContentChatOpenAI(TracedChatOpenAI):
     """For servers whose chat template concatenates `content` as a string (llama.cpp serving a
     GGUF chat template fails on a list of parts): text parts are sent as one string."""
 
@@ -49,14 +71,16 @@ class StringContentChatOpenAI(ChatOpenAI):
         return payload
 
 
-def create_chat_model(profile: ModelProfile, config: ProviderConfig) -> ChatOpenAI:
+def create_chat_model(
+    profile: ModelProfile, config: ProviderConfig, *, purpose: str = "answer"
+) -> TracedChatOpenAI:
     """A `ChatOpenAI` for `profile` against `config`'s endpoint.
 
     `stream_usage=True` always: with a custom `base_url` langchain-openai leaves it off, so no
     `stream_options` are sent and streamed responses carry no usage at all. With telemetry on,
-    the model reports its calls to `MODEL_CALLS` (spans and metrics per model call).
+    each call inside a turn gets a span and the model-call metrics, labelled with `purpose`.
     """
-    model_class = StringContentChatOpenAI if profile.string_content_only else ChatOpenAI
+    model_class = StringContentChatOpenAI if profile.string_content_only else TracedChatOpenAI
     return model_class(
         model=profile.name,
         base_url=config.base_url,
@@ -65,5 +89,5 @@ def create_chat_model(profile: ModelProfile, config: ProviderConfig) -> ChatOpen
         max_retries=config.max_retries,
         max_tokens=profile.max_output_tokens,
         stream_usage=True,
-        callbacks=[MODEL_CALLS] if sdk_installed() else None,
+        call_purpose=purpose,
     )

@@ -7,6 +7,7 @@ reads the change its own turns made.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from langchain_core.tools import tool
@@ -120,6 +121,23 @@ async def test_a_model_name_a_user_typed_is_never_a_metric_label(
             assert set(attributes) <= {"model_profile", "termination_reason", "purpose", "outcome"}
 
 
+async def test_a_stopped_turn_ends_its_model_call_span_as_cancelled(
+    telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
+) -> None:
+    cancelled = telemetry.total("chat_shell.model.calls", outcome="cancelled", purpose="answer")
+    scripted_provider.script(text("one two three four five six seven eight", token_delay=0.1))
+    stop = asyncio.Event()
+    async for event in make_shell().run(make_request(111, "Count slowly."), stop):
+        if event.type == "message.delta":
+            stop.set()
+
+    turn = _turn_span(telemetry, 111)
+    (call,) = [s for s in children(telemetry.finished_spans(), turn) if s.name == "chat gpt-4o"]
+    assert call.attributes["error.type"] == "cancelled"
+    assert call.status.status_code.name != "ERROR"
+    assert telemetry.total("chat_shell.model.calls", outcome="cancelled", purpose="answer") == cancelled + 1
+
+
 async def test_a_refused_turn_counts_a_refusal_and_its_span_says_why(
     telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
 ) -> None:
@@ -208,6 +226,7 @@ async def test_a_completed_summary_compaction_is_a_span_event_and_counted(
 ) -> None:
     labels = {"model_profile": "gpt-4o", "strategy": "summary_compact"}
     completed = telemetry.total("chat_shell.compactions", status="completed", **labels)
+    summary_calls = telemetry.total("chat_shell.model.calls", purpose="summary", outcome="ok")
     history = _log_questions(12, 3_000)
     scripted_provider.script_summaries(text("Summary of earlier turns: twelve questions about logs."))
     scripted_provider.script(text("Done."))
@@ -216,6 +235,13 @@ async def test_a_completed_summary_compaction_is_a_span_event_and_counted(
 
     assert telemetry.total("chat_shell.compactions", status="completed", **labels) == completed + 1
     turn = _turn_span(telemetry, 108)
+    # The summarizer's calls are model-call spans of the turn too, counted apart from answers.
+    calls = [s for s in children(telemetry.finished_spans(), turn) if s.name == "chat gpt-4o"]
+    purposes = [call.attributes["chat_shell.call.purpose"] for call in calls]
+    assert purposes.count("answer") == 1 and purposes.count("summary") >= 1
+    assert telemetry.total("chat_shell.model.calls", purpose="summary", outcome="ok") == (
+        summary_calls + purposes.count("summary")
+    )
     (compaction,) = [
         s for s in children(telemetry.finished_spans(), turn) if s.name == "compaction summary_compact"
     ]
