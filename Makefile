@@ -15,6 +15,8 @@ test-deep:
 
 bench:
 	bash scripts/setup.sh test,bench
+	bash scripts/services.sh
+	command -v valgrind >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind)
 	.venv/bin/python -m bench
 
 lint:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import getpass
 import os
 import sys
@@ -21,6 +22,15 @@ def _migrate(settings: Settings) -> None:
     command.upgrade(alembic_config(settings.resolved_database_url), "head")
 
 
+def _freeze_startup_heap() -> None:
+    """Moves every object alive now (imported modules, classes, compiled schemas: they live as
+    long as the server) into the collector's permanent generation. Otherwise every full
+    collection walks them all again: 150-290 ms pauses at about 400,000 objects on a 2-core
+    machine, each one stalling every live stream (`bench.bench_delivery`)."""
+    gc.collect()
+    gc.freeze()
+
+
 def _serve(args: argparse.Namespace, settings: Settings) -> None:
     import uvicorn
 
@@ -33,7 +43,9 @@ def _serve(args: argparse.Namespace, settings: Settings) -> None:
         _install_local_model(settings, force=False)
         server_options(settings)  # a missing or damaged model file stops here, with the fix
     configure_logging(settings.log_level, json_lines=settings.log_json)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None)
+    app = create_app(settings)
+    _freeze_startup_heap()
+    uvicorn.run(app, host=args.host, port=args.port, log_config=None)
 
 
 def _service(args: argparse.Namespace, settings: Settings) -> None:
@@ -42,7 +54,9 @@ def _service(args: argparse.Namespace, settings: Settings) -> None:
     from backend.runtime_factory import create_service_app
 
     configure_logging(settings.log_level, json_lines=settings.log_json)
-    uvicorn.run(create_service_app(settings), host=args.host, port=args.port, log_config=None)
+    app = create_service_app(settings)
+    _freeze_startup_heap()
+    uvicorn.run(app, host=args.host, port=args.port, log_config=None)
 
 
 def _progress(text: str) -> None:

@@ -5,8 +5,10 @@ scripted provider emitting clock tokens at 50 tokens per second per turn, and th
 with the SSE clients. N concurrent turns of 500 tokens stream to N clients; every stream must
 be complete and in order. Added delivery latency = client receive time minus the provider's
 emit time of each token (both wall clocks of this machine). The same load then runs at smaller
-concurrencies, to show where this machine meets the latency targets. Last, a reconnect replays
-a turn of at least 5,000 events and is compared with streaming the same events live.
+concurrencies, to show where this machine meets the latency targets, and a reconnect replays a
+turn of at least 5,000 events and is compared with streaming the same events live. The load and
+the sweep then run again with the backend on PostgreSQL: SQLite has one writer, and a burst of
+sends queues the event log's commits behind them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +31,7 @@ import httpx
 from httpx_sse import aconnect_sse
 
 from bench.common import row
+from tests.support import databases
 from tests.support.api import PASSWORD
 from tests.support.processes import BackendProcess, backend_env
 from tests.support.servers import free_port
@@ -221,6 +226,30 @@ async def _replay(base_url: str, provider_url: str, events_wanted: int) -> None:
     await client.aclose()
 
 
+@contextmanager
+def _backend(database: str, provider_url: str, work: Path) -> Iterator[BackendProcess]:
+    """A migrated database and one backend process on it."""
+    databases.migrate(database)
+    backend = BackendProcess(backend_env(database, work / "data", f"{provider_url}/v1"), work / "backend.log")
+    try:
+        yield backend.start()
+    finally:
+        backend.stop()
+
+
+@contextmanager
+def _postgres() -> Iterator[str | None]:
+    if not asyncio.run(databases.postgres_available()):
+        print(f"PostgreSQL not reachable at {databases.POSTGRES_ADMIN_URL}: its sweep is skipped")
+        yield None
+        return
+    url = asyncio.run(databases.create_postgres_database())
+    try:
+        yield url
+    finally:
+        asyncio.run(databases.drop_postgres_database(url))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -233,29 +262,26 @@ def main() -> None:
         provider_port = free_port()
         provider = _start_provider(provider_port, 50, tokens)
         provider_url = f"http://127.0.0.1:{provider_port}"
-        database = f"sqlite+aiosqlite:///{work / 'bench.db'}"
-        subprocess.run(
-            [sys.executable, "-m", "backend.cli", "migrate"],
-            cwd=ROOT,
-            check=True,
-            env={**os.environ, "CHAT_SHELL_DATABASE_URL": database},
-            capture_output=True,
-        )
-        backend = BackendProcess(
-            backend_env(database, work / "data", f"{provider_url}/v1"), work / "backend.log"
-        )
         try:
-            backend.start()
-            floor = asyncio.run(_bare_stream_cpu(provider_url, 2000))
-            row("bare ChatOpenAI.astream CPU per token (ms)", f"{floor:.3f}")
-            row("  tokens/s one core can parse at most", f"{1000 / floor:.0f}")
-            row("  concurrent 50-token/s turns that fills", f"{1000 / floor / 50:.0f}")
-            _print_load(asyncio.run(_load(backend.base_url, turns, tokens)))
-            if not args.quick:
-                asyncio.run(_capacity(backend.base_url, tokens, CAPACITY_LEVELS))
-            asyncio.run(_replay(backend.base_url, provider_url, 1000 if args.quick else 5000))
+            with _backend(f"sqlite+aiosqlite:///{work / 'bench.db'}", provider_url, work) as backend:
+                floor = asyncio.run(_bare_stream_cpu(provider_url, 2000))
+                row("bare ChatOpenAI.astream CPU per token (ms)", f"{floor:.3f}")
+                row("  tokens/s one core can parse at most", f"{1000 / floor:.0f}")
+                row("  concurrent 50-token/s turns that fills", f"{1000 / floor / 50:.0f}")
+                print("== SQLite (the default database) ==")
+                _print_load(asyncio.run(_load(backend.base_url, turns, tokens)))
+                if not args.quick:
+                    asyncio.run(_capacity(backend.base_url, tokens, CAPACITY_LEVELS))
+                asyncio.run(_replay(backend.base_url, provider_url, 1000 if args.quick else 5000))
+            if args.quick:
+                return
+            with _postgres() as postgres:
+                if postgres is not None:
+                    print("== PostgreSQL ==")
+                    with _backend(postgres, provider_url, work) as backend:
+                        _print_load(asyncio.run(_load(backend.base_url, turns, tokens)))
+                        asyncio.run(_capacity(backend.base_url, tokens, CAPACITY_LEVELS))
         finally:
-            backend.stop()
             provider.terminate()
             provider.wait()
 
