@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,6 +38,7 @@ def create_engine(url: str, *, sqlite_busy_timeout: float = 30.0) -> AsyncEngine
             url, connect_args={"timeout": sqlite_busy_timeout}, pool_size=20, max_overflow=80
         )
         event.listen(engine.sync_engine, "connect", partial(_sqlite_pragmas, sqlite_busy_timeout))
+        _install_write_gate(engine, sqlite_busy_timeout)
         return engine
     return create_async_engine(url, pool_size=20, max_overflow=20, pool_pre_ping=True)
 
@@ -45,6 +51,47 @@ def _sqlite_pragmas(busy_timeout: float, dbapi_connection: object, _record: obje
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
     cursor.close()
+
+
+# Marks a pooled connection whose transaction holds the write gate (in the pool record's info).
+_GATE_HELD = "chat_shell_write_gate"
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+
+
+def _install_write_gate(engine: AsyncEngine, timeout: float) -> None:
+    """One SQLite writer at a time in this process, queued in the event loop.
+
+    SQLite has one write lock. A writer that finds it taken sleeps in SQLite's busy handler, in
+    steps of 1 to 100 ms, and does not wake when the lock frees: a burst of concurrent sends
+    made the event log's commits (and every token behind them) wait about a second. Here a
+    transaction takes the gate at its first write statement and gives it back when its
+    connection returns to the pool (after the commit or rollback), in FIFO order. Writers in
+    other processes still meet the busy handler. Waiting longer than the busy timeout fails
+    like a locked database (503 `database_busy`).
+    """
+    gate = asyncio.Lock()
+
+    async def acquire(statement: str, parameters: Any) -> None:
+        try:
+            await asyncio.wait_for(gate.acquire(), timeout)
+        except TimeoutError:
+            locked = sqlite3.OperationalError("database is locked")
+            raise OperationalError(statement, parameters, locked) from None
+
+    def before_execute(conn: Connection, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        proxied = conn.connection
+        if proxied.info.get(_GATE_HELD) or not statement.lstrip()[:7].upper().startswith(_WRITES):
+            return
+        proxied.dbapi_connection.run_async(lambda _driver: acquire(statement, parameters))  # type: ignore[union-attr]
+        proxied.info[_GATE_HELD] = True
+
+    def returned(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+        if record.info.pop(_GATE_HELD, False):
+            gate.release()
+
+    event.listen(engine.sync_engine, "before_cursor_execute", before_execute)
+    event.listen(engine.sync_engine.pool, "checkin", returned)
+    event.listen(engine.sync_engine.pool, "invalidate", lambda conn, record, _exc: returned(conn, record))
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

@@ -7,8 +7,7 @@ be complete and in order. Added delivery latency = client receive time minus the
 emit time of each token (both wall clocks of this machine). The same load then runs at smaller
 concurrencies, to show where this machine meets the latency targets, and a reconnect replays a
 turn of at least 5,000 events and is compared with streaming the same events live. The load and
-the sweep then run again with the backend on PostgreSQL: SQLite has one writer, and a burst of
-sends queues the event log's commits behind them.
+the sweep then run again with the backend on PostgreSQL, the production database.
 """
 
 from __future__ import annotations
