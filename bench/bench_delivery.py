@@ -133,18 +133,23 @@ async def _load(base_url: str, turns: int, tokens: int) -> LoadResult:
         for n in range(turns)
     ]
     latencies: list[float] = []
-    start = time.perf_counter()
-    sends = await asyncio.gather(*(_send(client, cid) for cid in conversations))
-    errors = sum(response.status_code != 202 for response in sends)
-    for response in sends:
+    failed_sends: list[httpx.Response] = []
+
+    async def send_and_follow(cid: int) -> tuple[int, bool]:
+        # Like a browser: its own stream opens as soon as its own send is accepted.
+        response = await _send(client, cid)
         if response.status_code != 202:
-            print("send failed:", response.status_code, response.text[:300])
-            break
-    results = await asyncio.gather(
-        *(_follow(client, cid, latencies) for cid in conversations), return_exceptions=True
-    )
+            failed_sends.append(response)
+            return 0, False
+        return await _follow(client, cid, latencies)
+
+    start = time.perf_counter()
+    results = await asyncio.gather(*(send_and_follow(cid) for cid in conversations), return_exceptions=True)
     elapsed = time.perf_counter() - start
     await client.aclose()
+    if failed_sends:
+        print("send failed:", failed_sends[0].status_code, failed_sends[0].text[:300])
+    errors = len(failed_sends)
     failed = [r for r in results if isinstance(r, BaseException) or not r[1]]
     latencies.sort()
     quantile = statistics.quantiles(latencies, n=100) if len(latencies) > 100 else [float("nan")] * 99
