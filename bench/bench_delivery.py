@@ -241,19 +241,6 @@ def _backend(database: str, provider_url: str, work: Path) -> Iterator[BackendPr
         backend.stop()
 
 
-@contextmanager
-def _postgres() -> Iterator[str | None]:
-    if not asyncio.run(databases.postgres_available()):
-        print(f"PostgreSQL not reachable at {databases.POSTGRES_ADMIN_URL}: its sweep is skipped")
-        yield None
-        return
-    url = asyncio.run(databases.create_postgres_database())
-    try:
-        yield url
-    finally:
-        asyncio.run(databases.drop_postgres_database(url))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -279,12 +266,14 @@ def main() -> None:
                 asyncio.run(_replay(backend.base_url, provider_url, 1000 if args.quick else 5000))
             if args.quick:
                 return
-            with _postgres() as postgres:
-                if postgres is not None:
-                    print("== PostgreSQL ==")
-                    with _backend(postgres, provider_url, work) as backend:
-                        _print_load(asyncio.run(_load(backend.base_url, turns, tokens)))
-                        asyncio.run(_capacity(backend.base_url, tokens, CAPACITY_LEVELS))
+            with databases.scratch_postgres() as postgres:
+                if postgres is None:
+                    print(f"PostgreSQL not reachable at {databases.POSTGRES_ADMIN_URL}: its sweep is skipped")
+                    return
+                print("== PostgreSQL ==")
+                with _backend(postgres, provider_url, work) as backend:
+                    _print_load(asyncio.run(_load(backend.base_url, turns, tokens)))
+                    asyncio.run(_capacity(backend.base_url, tokens, CAPACITY_LEVELS))
         finally:
             provider.terminate()
             provider.wait()

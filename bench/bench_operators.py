@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -168,24 +169,21 @@ def dashboard_queries(messages: int, repeat: int) -> list[tuple[str, tuple[float
         print("SQLite:", flush=True)
         chosen = asyncio.run(_seed(url, messages))
         results += asyncio.run(_measure(url, "SQLite", chosen, repeat))
-    if not asyncio.run(databases.postgres_available()):
-        print(f"PostgreSQL not reachable at {databases.POSTGRES_ADMIN_URL}: skipped", flush=True)
-        return results
-    url = asyncio.run(databases.create_postgres_database())
-    try:
+    with databases.scratch_postgres() as url:
+        if url is None:
+            print(f"PostgreSQL not reachable at {databases.POSTGRES_ADMIN_URL}: skipped", flush=True)
+            return results
         databases.migrate(url)
         print("PostgreSQL:", flush=True)
         chosen = asyncio.run(_seed(url, messages))
         results += asyncio.run(_measure(url, "PostgreSQL", chosen, repeat))
-    finally:
-        asyncio.run(databases.drop_postgres_database(url))
     return results
 
 
 # -- 2. telemetry CPU overhead -------------------------------------------------------------
 
 
-async def _shell(base_url: str, enabled: bool):  # type: ignore[no-untyped-def]
+def _shell(base_url: str, enabled: bool):  # type: ignore[no-untyped-def]
     """The runtime against the scripted provider, with the backend's SDK setup when enabled."""
     # Both modes import the same modules (the backend always does): only the installation
     # differs, so a bigger heap of imported modules is not counted as telemetry's cost.
@@ -219,13 +217,13 @@ async def _turns(shell, first_id: int, count: int) -> list:  # type: ignore[no-u
 
 async def _counted_turns(base_url: str, turns: int, enabled: bool) -> None:
     """The work whose instructions valgrind counts: warm-up turns, then `turns` more."""
-    shell = await _shell(base_url, enabled)
+    shell = _shell(base_url, enabled)
     await _turns(shell, 1, WARMUP_TURNS + turns)
 
 
 async def _turns_cpu(base_url: str, turns: int, enabled: bool) -> dict[str, float]:
     """CPU ms of this process per turn (median of batches), after warm-up turns."""
-    shell = await _shell(base_url, enabled)
+    shell = _shell(base_url, enabled)
     events = await _turns(shell, 1, WARMUP_TURNS)
     batches = []
     per_batch = max(1, turns // 5)
@@ -348,10 +346,11 @@ def _instructions_per_turn(port: int, env: dict[str, str], turns: int) -> dict[s
 
 
 def _instruction_refs(valgrind_output: str) -> int:
-    for line in valgrind_output.splitlines():
-        if "I" in line and "refs:" in line:
-            return int(line.split("refs:")[1].strip().replace(",", ""))
-    raise RuntimeError("valgrind printed no instruction count")
+    """The total of cachegrind's summary line `==pid== I   refs:      8,231,569,113`."""
+    found = re.search(r"I\s+refs:\s+([\d,]+)", valgrind_output)
+    if found is None:
+        raise RuntimeError("valgrind printed no instruction count")
+    return int(found.group(1).replace(",", ""))
 
 
 def telemetry_overhead(turns: int, rounds: int) -> tuple[dict[str, float], dict[str, float] | None]:

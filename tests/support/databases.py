@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import asyncpg
@@ -66,6 +69,20 @@ async def drop_postgres_database(url: str) -> None:
         await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await connection.close()
+
+
+@contextmanager
+def scratch_postgres() -> Iterator[str | None]:
+    """A new, empty PostgreSQL database for a benchmark (None when the server is not
+    reachable), dropped afterwards. For synchronous callers: each step runs its own loop."""
+    if not asyncio.run(postgres_available()):
+        yield None
+        return
+    url = asyncio.run(create_postgres_database())
+    try:
+        yield url
+    finally:
+        asyncio.run(drop_postgres_database(url))
 
 
 async def truncate_all(url: str) -> None:
