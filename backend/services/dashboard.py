@@ -422,7 +422,7 @@ async def summary(
         },
         "totals": {
             "turns": sum(b["turns"] for b in measured),
-            "running_turns": int(running or 0),
+            "running_turns": running,
             "refusals": sum(b["refusals"] for b in measured),
             "overflow_errors": sum(b["overflow_errors"] for b in measured),
             "failed_turns": sum(b["failed"] for b in measured),

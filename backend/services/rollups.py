@@ -11,6 +11,7 @@ the same rows in opposite orders (no deadlocks).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -65,10 +66,14 @@ def hour_of(moment: datetime) -> int:
     return int(moment.timestamp() // 3600)
 
 
+def _utilization(turn: Turn) -> float | None:
+    used, available = turn.context_used_tokens, turn.context_available_tokens
+    return used / available if used is not None and available else None
+
+
 def turn_row(turn: Turn) -> Row:
     """What one turn, as it stands, adds to its rollup row (same figures as the raw queries)."""
-    used, available = turn.context_used_tokens, turn.context_available_tokens
-    utilization = used / available if used is not None and available else None
+    utilization = _utilization(turn)
     ttft_bin = percentiles.bin_index(turn.ttft_ms)
     return {
         "hour": hour_of(turn.started_at),
@@ -109,12 +114,11 @@ def pressure_row(turn: Turn) -> Row | None:
     """The turn as its conversation's latest measured turn (None without a snapshot)."""
     if turn.context_used_tokens is None:
         return None
-    available = turn.context_available_tokens
     return {
         "conversation_id": turn.conversation_id,
         "turn_id": turn.id,
         "started_at": turn.started_at,
-        "utilization": turn.context_used_tokens / available if available else None,
+        "utilization": _utilization(turn),
     }
 
 
@@ -140,7 +144,7 @@ def stage_turns(db: Any, added: Iterable[Row], removed: Iterable[Row] = ()) -> N
     Extremes are only ever widened: a turn's earlier figures carry none worth taking back (a
     running turn has no time to first token or utilisation yet).
     """
-    staged = _staged(db, TURNS)
+    staged = _staged(db, TURNS.table)
     for row in removed:
         _merge(
             staged,
@@ -152,15 +156,14 @@ def stage_turns(db: Any, added: Iterable[Row], removed: Iterable[Row] = ()) -> N
 
 
 def stage_compactions(db: Any, rows: Iterable[Row]) -> None:
-    staged = _staged(db, COMPACTIONS)
+    staged = _staged(db, COMPACTIONS.table)
     for row in rows:
         _merge(staged, COMPACTIONS, row)
 
 
-def _staged(db: Any, shape: _Shape | Table) -> dict[tuple[Any, ...], Row]:
+def _staged(db: Any, table: Table) -> dict[tuple[Any, ...], Row]:
     # `db` is a Session or an AsyncSession; both share the sync session's `info`.
     staged: dict[str, dict[tuple[Any, ...], Row]] = db.info.setdefault(_STAGED, {})
-    table = shape.table if isinstance(shape, _Shape) else shape
     return staged.setdefault(table.name, {})
 
 
@@ -182,30 +185,28 @@ def _pick(choose: Any, a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else choose(a, b)
 
 
-def _upserts(dialect: str, shape: _Shape, rows: Sequence[Row]) -> Any:
+def _insert(dialect: str, table: Table, rows: Sequence[Row]) -> Any:
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(shape.table).values(list(rows))
+    return insert(table).values(list(rows))
+
+
+def _upserts(dialect: str, shape: _Shape, rows: Sequence[Row]) -> Any:
+    stmt = _insert(dialect, shape.table, rows)
     stored, new = shape.table.c, stmt.excluded
     values: dict[str, Any] = {c: stored[c] + new[c] for c in shape.sums}
     # NULL-aware least/greatest that reads the same on both databases.
-    for column in shape.lows:
-        values[column] = case(
-            (new[column].is_(None), stored[column]),
-            (stored[column].is_(None) | (new[column] < stored[column]), new[column]),
-            else_=stored[column],
-        )
-    for column in shape.highs:
-        values[column] = case(
-            (new[column].is_(None), stored[column]),
-            (stored[column].is_(None) | (new[column] > stored[column]), new[column]),
-            else_=stored[column],
-        )
+    for columns, beats in ((shape.lows, operator.lt), (shape.highs, operator.gt)):
+        for column in columns:
+            values[column] = case(
+                (new[column].is_(None), stored[column]),
+                (stored[column].is_(None) | beats(new[column], stored[column]), new[column]),
+                else_=stored[column],
+            )
     return stmt.on_conflict_do_update(index_elements=list(shape.keys), set_=values)
 
 
 def _pressure_upserts(dialect: str, rows: Sequence[Row]) -> Any:
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(PRESSURE).values(list(rows))
+    stmt = _insert(dialect, PRESSURE, rows)
     new = stmt.excluded
     return stmt.on_conflict_do_update(
         index_elements=["conversation_id"],

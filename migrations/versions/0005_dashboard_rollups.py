@@ -165,9 +165,6 @@ def upgrade() -> None:
         )
     )
 
-    utilization = sa.cast(turns.c.context_used_tokens, sa.Float) / sa.func.nullif(
-        turns.c.context_available_tokens, 0
-    )
     latest = (
         sa.select(sa.func.max(turns.c.id))
         .where(turns.c.context_used_tokens.is_not(None))

@@ -12,7 +12,7 @@ import pytest
 from alembic import command
 from sqlalchemy import select
 
-from backend.db import alembic_config, create_engine, session_factory
+from backend.db import alembic_config, create_engine, session_factory, transaction
 from backend.models import Conversation, User
 from backend.models.base import utcnow
 from backend.services import dashboard, turns
@@ -163,10 +163,24 @@ async def test_the_operator_flag_adds_the_dashboard_link(operator: httpx.AsyncCl
 NOW = datetime(2026, 11, 30, 10, 37, 12, 345_000, tzinfo=utcnow().tzinfo)
 
 
+async def _store(database_url: str, *batches: tuple[list[StoredTurn], list[StoredCompaction]]) -> None:
+    """Stores alice's turns and compactions, all batches in one transaction."""
+    engine = create_engine(database_url)
+    try:
+        async with transaction(session_factory(engine)) as db:
+            for stored, compactions in batches:
+                await store_metrics(db, "alice", stored, compactions)
+    finally:
+        await engine.dispose()
+
+
 def _comparable(body: dict[str, Any]) -> dict[str, Any]:
     """What both windows must agree on when every figure lies inside both."""
-    totals = {key: value for key, value in body["totals"].items()}
-    return {"totals": totals, "strategies": body["compactions_by_strategy"], "pressure": body["pressure"]}
+    return {
+        "totals": body["totals"],
+        "strategies": body["compactions_by_strategy"],
+        "pressure": body["pressure"],
+    }
 
 
 def _assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
@@ -230,14 +244,8 @@ async def _summaries(database_url: str, *windows: str) -> list[dict[str, Any]]:
 async def test_whole_hour_windows_show_the_figures_of_the_raw_rows(
     alice: httpx.AsyncClient, database_url: str
 ) -> None:
-    stored, compactions = _spread_turns()
     week_start = dashboard.Window.ending_now("7d", NOW).start
-    engine = create_engine(database_url)
-    try:
-        async with session_factory(engine)() as db, db.begin():
-            await store_metrics(db, "alice", stored, compactions)
-    finally:
-        await engine.dispose()
+    await _store(database_url, _spread_turns())
 
     day, week, month = await _summaries(database_url, "24h", "7d", "30d")
     assert day["totals"]["turns"] == 60 and day["totals"]["compactions"] == 15
@@ -249,23 +257,15 @@ async def test_whole_hour_windows_show_the_figures_of_the_raw_rows(
         assert sum(p[key] for p in week[series]) == sum(p[key] for p in day[series]) > 0
 
     # The edges of the 7-day window: its first instant counts, the one before does not.
-    engine = create_engine(database_url)
-    try:
-        async with session_factory(engine)() as db, db.begin():
-            await store_metrics(
-                db,
-                "alice",
-                [StoredTurn(week_start - timedelta(microseconds=1), used=6_999, ttft_ms=5)],
-                [StoredCompaction(week_start - timedelta(microseconds=1))],
-            )
-            await store_metrics(
-                db,
-                "alice",
-                [StoredTurn(week_start, used=100, ttft_ms=90_000, status="failed")],
-                [StoredCompaction(week_start, duration_ms=50_000, retention=0.1)],
-            )
-    finally:
-        await engine.dispose()
+    before = week_start - timedelta(microseconds=1)
+    await _store(
+        database_url,
+        ([StoredTurn(before, used=6_999, ttft_ms=5)], [StoredCompaction(before)]),
+        (
+            [StoredTurn(week_start, used=100, ttft_ms=90_000, status="failed")],
+            [StoredCompaction(week_start, duration_ms=50_000, retention=0.1)],
+        ),
+    )
     (week,) = await _summaries(database_url, "7d")
     totals = week["totals"]
     assert (totals["turns"], totals["failed_turns"], totals["compactions"]) == (
@@ -327,13 +327,7 @@ async def test_turns_count_in_the_rollups_when_they_start_and_finish(
 async def test_the_migration_fills_the_rollups_from_stored_rows(
     alice: httpx.AsyncClient, database_url: str
 ) -> None:
-    stored, compactions = _spread_turns()
-    engine = create_engine(database_url)
-    try:
-        async with session_factory(engine)() as db, db.begin():
-            await store_metrics(db, "alice", stored, compactions)
-    finally:
-        await engine.dispose()
+    await _store(database_url, _spread_turns())
     kept = await _summaries(database_url, "7d", "30d")
 
     def remigrate() -> None:
