@@ -36,7 +36,12 @@ from chat_shell.contracts import (
     TurnRequest,
 )
 from chat_shell.guard.factory import build_guard
-from chat_shell.guard.protocol import GuardFactory, Summarizer
+from chat_shell.guard.protocol import (
+    COMPACTION_HEARTBEAT_SECONDS,
+    SUMMARY_TIMEOUT_SECONDS,
+    GuardFactory,
+    Summarizer,
+)
 from chat_shell.host import FixedHost, Host, TurnServices
 from chat_shell.observability.turn_telemetry import TurnTelemetry
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
@@ -60,8 +65,8 @@ class RuntimeConfig:
     # Used when a request carries no system prompt of its own.
     system_prompt: str | None = None
     # Summary compaction: the summarizer call's time limit and the heartbeat interval.
-    summary_timeout_seconds: float = 120.0
-    compaction_heartbeat_seconds: float = 5.0
+    summary_timeout_seconds: float = SUMMARY_TIMEOUT_SECONDS
+    compaction_heartbeat_seconds: float = COMPACTION_HEARTBEAT_SECONDS
     # Per-profile guard settings (SPEC 4): model id -> ModelProfile fields; "*" applies to all.
     profile_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 

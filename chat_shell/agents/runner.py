@@ -51,7 +51,15 @@ from chat_shell.contracts import (
     TurnStarted,
 )
 from chat_shell.guard.composition import chain_pre_model_hooks
-from chat_shell.guard.protocol import ContextRefused, GuardContext, GuardFactory, Summarizer, TurnGuard
+from chat_shell.guard.protocol import (
+    COMPACTION_HEARTBEAT_SECONDS,
+    SUMMARY_TIMEOUT_SECONDS,
+    ContextRefused,
+    GuardContext,
+    GuardFactory,
+    Summarizer,
+    TurnGuard,
+)
 from chat_shell.host import TurnServices
 from chat_shell.messages.convert import initial_messages
 from chat_shell.messages.markers import is_summary, markers
@@ -86,8 +94,8 @@ class TurnSetup:
     services: TurnServices
     # Summary compaction's model call (None: the guard has no summary stage).
     summarizer: Summarizer | None = None
-    summary_timeout_seconds: float = 120.0
-    compaction_heartbeat_seconds: float = 5.0
+    summary_timeout_seconds: float = SUMMARY_TIMEOUT_SECONDS
+    compaction_heartbeat_seconds: float = COMPACTION_HEARTBEAT_SECONDS
 
 
 class _HistoryUnavailable(Exception):

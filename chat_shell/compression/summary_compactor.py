@@ -34,7 +34,7 @@ from chat_shell.compression.token_counter import TOKENS_PER_MESSAGE, TokenCounte
 from chat_shell.compression.transcript import Chunk, chunk_transcript, message_text, text_part
 from chat_shell.compression.watchdog import Watchdog
 from chat_shell.contracts import CompactionRecord, ContextCompactionEvent
-from chat_shell.guard.protocol import Summarizer
+from chat_shell.guard.protocol import COMPACTION_HEARTBEAT_SECONDS, SUMMARY_TIMEOUT_SECONDS, Summarizer
 from chat_shell.guard.stages import SummaryOutcome, SummaryRequest, compaction_target
 from chat_shell.messages.convert import to_chain
 from chat_shell.messages.markers import is_summary, with_markers
@@ -73,7 +73,6 @@ constraint, number, date, id and name verbatim; drop the least important details
 its language and structure. Output only the summary."""
 # Room for the instructions and the labels of one summarizer request.
 INSTRUCTION_TOKENS = 400
-HEARTBEAT_SECONDS = 5.0
 
 
 class SummaryFailed(Exception):
@@ -105,8 +104,8 @@ class SummaryCompactor:
         *,
         conversation_id: int,
         checkpoint_message_id: int | None = None,
-        timeout_seconds: float = 120.0,
-        heartbeat_seconds: float = HEARTBEAT_SECONDS,
+        timeout_seconds: float = SUMMARY_TIMEOUT_SECONDS,
+        heartbeat_seconds: float = COMPACTION_HEARTBEAT_SECONDS,
     ) -> None:
         self._summarize = summarize
         self._conversation_id = conversation_id
@@ -310,8 +309,6 @@ class SummaryCompactor:
         try:
             with watchdog.call():
                 return await self._summarize(prompt)
-        except SummaryFailed:
-            raise
         except Exception as exc:
             if not is_context_overflow(exc):
                 raise self._failure(exc) from exc
@@ -324,8 +321,6 @@ class SummaryCompactor:
             try:
                 with watchdog.call():
                     summary = await self._summarize([system, HumanMessage(body)])
-            except SummaryFailed:
-                raise
             except Exception as exc:
                 if is_context_overflow(exc):
                     raise SummaryFailed("summarizer_context_overflow") from exc

@@ -47,31 +47,28 @@ def text_part(text: str) -> TextPart:
     return {"type": "text", "text": text}
 
 
-# The transcript line that opens each message (shared, never mutated).
-_LABEL_PARTS: dict[type, TextPart] = {
-    AIMessage: text_part("\n\n[assistant]\n"),
-    HumanMessage: text_part("\n\n[user]\n"),
-    SystemMessage: text_part("\n\n[system]\n"),
+# The transcript line that opens each message.
+_LABEL_TEXTS: dict[type, str] = {
+    AIMessage: "\n\n[assistant]\n",
+    HumanMessage: "\n\n[user]\n",
+    SystemMessage: "\n\n[system]\n",
 }
 
 
-_LABEL_TEXTS: dict[type, str] = {kind: part["text"] for kind, part in _LABEL_PARTS.items()}
-
-
 @functools.lru_cache(maxsize=256)
-def _tool_label(name: str) -> TextPart:
-    return text_part(f"\n\n[tool result: {name}]\n")
+def _tool_label(name: str) -> str:
+    return f"\n\n[tool result: {name}]\n"
 
 
-def _label_part(message: BaseMessage) -> TextPart:
-    part = _LABEL_PARTS.get(type(message))
-    if part is not None:
-        return part
+def _label_text(message: BaseMessage) -> str:
+    label = _LABEL_TEXTS.get(type(message))
+    if label is not None:
+        return label
     if isinstance(message, ToolMessage):
         return _tool_label(message.name or "tool")
     if isinstance(message, AIMessage):
-        return _LABEL_PARTS[AIMessage]
-    return _LABEL_PARTS[SystemMessage if isinstance(message, SystemMessage) else HumanMessage]
+        return _LABEL_TEXTS[AIMessage]
+    return _LABEL_TEXTS[SystemMessage if isinstance(message, SystemMessage) else HumanMessage]
 
 
 def _calls_text(message: AIMessage) -> str:
@@ -88,10 +85,7 @@ def transcript_parts(messages: Sequence[BaseMessage]) -> list[TextPart]:
     labels = _LABEL_TEXTS
     for message in messages:
         kind = type(message)
-        label = labels.get(kind)
-        if label is None:
-            label = _label_part(message)["text"]
-        add(label)
+        add(labels.get(kind) or _label_text(message))
         text = message.content
         if type(text) is not str:
             text = message_text(message)
@@ -161,7 +155,7 @@ def _cut(
     whole chunks; returns the chunk its last piece leaves open."""
     body = message_text(message)
     density = len(body) / max(1, count)  # characters per token of this message
-    label = _label_part(message)["text"]
+    label = _label_text(message)
     start, piece = 0, 1
     while start < len(body):
         room = budget - used

@@ -41,6 +41,12 @@ class ContextRefused(Exception):
         self.available_tokens = available_tokens
 
 
+# Defaults of summary compaction: the summarizer call's time limit, and how often an
+# `in_progress` status is emitted while it runs.
+SUMMARY_TIMEOUT_SECONDS = 120.0
+COMPACTION_HEARTBEAT_SECONDS = 5.0
+
+
 @dataclass(frozen=True)
 class GuardContext:
     profile: ModelProfile
@@ -57,8 +63,8 @@ class GuardContext:
     # The model call summary compaction uses (None: no summary stage), its time limit, and how
     # often an `in_progress` status is emitted while it runs.
     summarizer: Summarizer | None = None
-    summary_timeout_seconds: float = 120.0
-    compaction_heartbeat_seconds: float = 5.0
+    summary_timeout_seconds: float = SUMMARY_TIMEOUT_SECONDS
+    compaction_heartbeat_seconds: float = COMPACTION_HEARTBEAT_SECONDS
     # The assistant message the turn writes: where a checkpoint made in this turn is stored.
     assistant_message_id: int | None = None
 

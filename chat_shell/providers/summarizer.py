@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
-
-# LangGraph's tag for model calls whose tokens must not appear in the turn's message stream.
-NOSTREAM = "nostream"
+from langgraph.constants import TAG_NOSTREAM
 
 
 class ModelSummarizer:
@@ -17,5 +15,6 @@ class ModelSummarizer:
         self._model = model
 
     async def __call__(self, messages: list[BaseMessage]) -> str:
-        reply = await self._model.ainvoke(messages, config={"tags": [NOSTREAM]})
+        # Tagged so the summary's tokens never appear in the turn's message stream.
+        reply = await self._model.ainvoke(messages, config={"tags": [TAG_NOSTREAM]})
         return reply.text.strip()
