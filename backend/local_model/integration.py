@@ -29,6 +29,10 @@ def local_model_wanted(settings: Settings) -> bool:
     )
 
 
+def _model_name(settings: Settings) -> str:
+    return settings.model or LOCAL_MODEL_NAME
+
+
 def server_options(settings: Settings) -> ServerOptions:
     """Verified before anything starts: a missing or damaged model file is a startup error."""
     if not server_installed():
@@ -36,8 +40,10 @@ def server_options(settings: Settings) -> ServerOptions:
             f"The local model server (llama-cpp-python) is not installed: {INSTALL_FIX}, or set "
             "OPENAI_BASE_URL to use a provider instead."
         )
-    model = settings.model or LOCAL_MODEL_NAME
-    window = resolve_profile(model, context_window=settings.context_window).context_window
+    # The runtime's own profile resolution, so the server's window is the one the guard budgets.
+    window = resolve_profile(
+        _model_name(settings), context_window=settings.context_window, overrides=settings.profile_overrides
+    ).context_window
     return ServerOptions(
         model_file=resolve_model_file(settings.local_model_file),
         context_window=window,
@@ -48,9 +54,7 @@ def server_options(settings: Settings) -> ServerOptions:
 
 def with_local_provider(settings: Settings, server: LocalModelServer) -> Settings:
     """The settings the runtime is built from: the local server as the OpenAI-compatible provider."""
-    return settings.model_copy(
-        update={"openai_base_url": server.base_url, "model": settings.model or LOCAL_MODEL_NAME}
-    )
+    return settings.model_copy(update={"openai_base_url": server.base_url, "model": _model_name(settings)})
 
 
 @asynccontextmanager

@@ -40,20 +40,20 @@ class LocalModelError(RuntimeError):
     """The local model server cannot run; the message says why and what to do."""
 
 
+# One core is left to the service (streaming, storage, the tests' own client): llama.cpp's
+# threads wait for each other at every step and slow down badly when a core is taken away.
+# Measured at 2.8k tokens of context with both cores busy: generation 3.7 tokens/s with 2
+# threads, 40 with 1; prompt evaluation 41 tokens/s with 2 threads, 93 with 1.
+_THREADS = max(1, (os.cpu_count() or 1) - 1)
+
+
 @dataclass(frozen=True)
 class ServerOptions:
     model_file: Path
+    log_path: Path
     context_window: int = 4096
     preferred_port: int | None = None
-    # One core is left to the service (streaming, storage, the tests' own client): llama.cpp's
-    # threads wait for each other at every step and slow down badly when a core is taken away.
-    # Measured at 2.8k tokens of context with both cores busy: generation 3.7 tokens/s with 2
-    # threads, 40 with 1; prompt evaluation 41 tokens/s with 2 threads, 93 with 1.
-    threads: int = max(1, (os.cpu_count() or 1) - 1)
-    batch_threads: int = max(1, (os.cpu_count() or 1) - 1)
     startup_timeout_seconds: float = 120.0
-    log_path: Path | None = None
-    python: str = sys.executable
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
@@ -83,13 +83,13 @@ def choose_port(preferred: int | None) -> int:
     return free_port()
 
 
-def server_command(options: ServerOptions, port: int) -> list[str]:
+def server_command(options: ServerOptions, port: int, host: str = HOST) -> list[str]:
     return [
-        *(options.python, "-m", "llama_cpp.server"),
+        *(sys.executable, "-m", "llama_cpp.server"),
         *("--model", str(options.model_file), "--model_alias", LOCAL_MODEL_NAME),
-        *("--n_ctx", str(options.context_window), "--n_threads", str(options.threads)),
-        *("--n_threads_batch", str(options.batch_threads)),
-        *("--host", HOST, "--port", str(port)),
+        *("--n_ctx", str(options.context_window), "--n_threads", str(_THREADS)),
+        *("--n_threads_batch", str(_THREADS)),
+        *("--host", host, "--port", str(port)),
     ]
 
 
@@ -108,6 +108,7 @@ def _die_with_parent() -> None:
 class LocalModelServer:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
+        options.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.port = choose_port(options.preferred_port)
         self._process: asyncio.subprocess.Process | None = None
         self._healthy = asyncio.Event()
@@ -124,18 +125,13 @@ class LocalModelServer:
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
-    def _log_path(self) -> Path:
-        path = self.options.log_path or Path("data") / "local-model.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return path
-
     def _log_tail(self) -> str:
-        path = self._log_path()
+        path = self.options.log_path
         lines = path.read_text(errors="replace").splitlines() if path.exists() else []
         return "\n".join(lines[-_LOG_TAIL_LINES:])
 
     async def _spawn(self) -> asyncio.subprocess.Process:
-        with self._log_path().open("ab") as log_file:
+        with self.options.log_path.open("ab") as log_file:
             return await asyncio.create_subprocess_exec(
                 *server_command(self.options, self.port),
                 stdin=asyncio.subprocess.DEVNULL,
@@ -153,7 +149,7 @@ class LocalModelServer:
                     raise LocalModelError(
                         f"The local model server exited during startup (code {process.returncode}). "
                         f"If the model file is damaged, run `chat-shell local-model install --force`; "
-                        f"log {self._log_path()}:\n{self._log_tail()}"
+                        f"log {self.options.log_path}:\n{self._log_tail()}"
                     )
                 with contextlib.suppress(httpx.TransportError):
                     if (await client.get(f"{self.base_url}/models")).status_code == 200:
@@ -161,7 +157,7 @@ class LocalModelServer:
                 await asyncio.sleep(0.1)
         raise LocalModelError(
             f"The local model server did not become healthy within "
-            f"{self.options.startup_timeout_seconds:.0f} s; log {self._log_path()}:\n{self._log_tail()}"
+            f"{self.options.startup_timeout_seconds:.0f} s; log {self.options.log_path}:\n{self._log_tail()}"
         )
 
     async def _launch(self, *, may_move: bool) -> None:
@@ -206,8 +202,8 @@ class LocalModelServer:
             if len(self._restarts) == _MAX_RESTARTS and now - self._restarts[0] < _CRASH_WINDOW_SECONDS:
                 self._failure = LocalModelError(
                     f"The local model server crashed {_MAX_RESTARTS} times within "
-                    f"{_CRASH_WINDOW_SECONDS:.0f} s and is not restarted again; log {self._log_path()}:\n"
-                    f"{self._log_tail()}"
+                    f"{_CRASH_WINDOW_SECONDS:.0f} s and is not restarted again; "
+                    f"log {self.options.log_path}:\n{self._log_tail()}"
                 )
                 log.error("%s", self._failure)
                 self._healthy.set()
