@@ -43,6 +43,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from pydantic import Field
 
+from bench.common import verdict
 from bench.workloads import load, workload_module
 from chat_shell.compression.budget import Budget, budget_for
 from chat_shell.compression.calibration import Fit, estimate
@@ -307,10 +308,6 @@ async def measure(name: str) -> dict[str, Any]:
             f"{their_replay:.1f} s)"
         )
     return figures
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
 
 
 def main() -> None:

@@ -38,6 +38,7 @@ from langchain.agents.middleware.summarization import SummarizationMiddleware
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from bench.common import verdict
 from bench.workloads import load
 from chat_shell.contracts import TurnEvent
 from chat_shell.guard.context_guard import UnifiedContextGuard
@@ -179,10 +180,6 @@ async def measure(name: str) -> dict[str, float]:
         f"cold / reload = {figures['cold'] / figures['reload']:.0f}x"
     )
     return figures
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
 
 
 def main() -> None:

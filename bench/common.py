@@ -20,3 +20,7 @@ async def median_ms(fn: Callable[[], Awaitable[object]], repeat: int, warmup: in
 
 def row(label: str, *cells: object, width: int = 44) -> None:
     print(f"{label:<{width}}" + "".join(f"{cell!s:>14}" for cell in cells), flush=True)
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"

@@ -82,14 +82,21 @@ async def test_a_long_chinese_conversation_compacts_from_about_twice_keep_to_at_
     assert stored_at_once == [(e.id, e.role, e.content) for e in chain[: len(stored_at_once)]]
 
 
+async def _chinese_turns(
+    make_shell: MakeShell, scripted_provider: ScriptedProvider, turns: int
+) -> Conversation:
+    """A conversation of `turns` long Chinese questions and answers, on the seed's settings."""
+    conversation = Conversation(make_shell(profile_overrides={"gpt-4o": SEED_SETTINGS}))
+    for turn in range(1, turns + 1):
+        scripted_provider.script(text(chinese_text(1_500, seed=turn)))
+        await conversation.send(chinese_text(2_000, seed=100 + turn))
+    return conversation
+
+
 async def test_a_first_overflow_forces_one_compaction_and_one_retry_that_succeeds(
     make_shell: MakeShell, scripted_provider: ScriptedProvider
 ) -> None:
-    shell = make_shell(profile_overrides={"gpt-4o": SEED_SETTINGS})
-    conversation = Conversation(shell)
-    for turn in range(1, 12):
-        scripted_provider.script(text(chinese_text(1_500, seed=turn)))
-        await conversation.send(chinese_text(2_000, seed=100 + turn))
+    conversation = await _chinese_turns(make_shell, scripted_provider, 11)
     assert conversation.checkpoint_turn is None  # ~37k local: under the trigger by our estimate
     # The provider adds a large hidden prompt the estimate has not learned yet: it overflows.
     scripted_provider.hidden_overhead = 25_000
@@ -110,11 +117,7 @@ async def test_a_first_overflow_forces_one_compaction_and_one_retry_that_succeed
 async def test_an_overflow_after_the_forced_compaction_ends_in_a_clear_refusal_without_a_loop(
     make_shell: MakeShell, scripted_provider: ScriptedProvider
 ) -> None:
-    shell = make_shell(profile_overrides={"gpt-4o": SEED_SETTINGS})
-    conversation = Conversation(shell)
-    for turn in range(1, 6):
-        scripted_provider.script(text(chinese_text(1_500, seed=turn)))
-        await conversation.send(chinese_text(2_000, seed=100 + turn))
+    conversation = await _chinese_turns(make_shell, scripted_provider, 5)
     scripted_provider.context_window = 20_000  # nothing with 16k of output room fits
     sent = len(scripted_provider.requests)
     result = await conversation.send("继续。")
