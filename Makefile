@@ -1,5 +1,5 @@
 # The two commands of the README: `make run` and `make test`.
-.PHONY: setup run test test-deep bench lint migrate
+.PHONY: setup run test test-deep bench lint migrate env
 
 setup:
 	bash scripts/setup.sh
@@ -24,3 +24,7 @@ lint:
 
 migrate: setup
 	.venv/bin/chat-shell migrate
+
+# A .env with fresh random secrets for `docker compose up` (README "Secrets"); `make run` needs none.
+env:
+	python3 -m backend.secret_policy

@@ -2,60 +2,85 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 
 from fastapi import FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from backend.api.errors import install_error_handlers
 from backend.api.limits import BodySizeLimit
 from backend.api.routes import (
+    admin,
+    api_docs,
     attachments,
     auth,
     conversations,
     health,
     history,
+    models,
     operators,
     pages,
+    presets,
     prometheus,
+    search,
+    tools,
     turns,
 )
+from backend.api.web_security import SecurityHeaders
 from backend.context import AppContext
 from backend.db import check_schema, create_engine, session_factory
 from backend.local_model.integration import (
     LocalModelRuntime,
+    local_entry,
     local_model_wanted,
+    require_accepting,
     running_local_model,
-    with_local_provider,
 )
-from backend.runtime_factory import open_runtime, require_service_token, runtime_config
-from backend.services.attachment_reader import DatabaseAttachmentReader
-from backend.services.auth import Passwords
-from backend.services.broker import create_broker
-from backend.services.capabilities import CapabilityIssuer
-from backend.services.event_log import EventWriter
-from backend.services.history import DatabaseHistory
-from backend.services.originals import DatabaseHistoryBrowser
-from backend.services.turn_runner import TurnDefaults, TurnRunner
+from backend.local_model.supervisor import LocalModelServer
+from backend.model_catalog import ModelList, configured_catalog
+from backend.runtime_factory import (
+    model_infos,
+    open_runtime,
+    runtime_config,
+)
+from backend.secret_policy import require_backend_secrets
+from backend.services.compaction.ahead import AheadCompactions
+from backend.services.dashboard import rollups
+from backend.services.delivery.broker import create_broker
+from backend.services.delivery.capabilities import CapabilityIssuer
+from backend.services.delivery.event_log import EventWriter
+from backend.services.delivery.streams import OpenStreams
+from backend.services.delivery.turn_runner import TurnDefaults, TurnLimits, TurnRunner
+from backend.services.records.attachment_reader import DatabaseAttachmentReader
+from backend.services.records.auth import Passwords
+from backend.services.records.extraction.sandbox import ExtractionSandbox
+from backend.services.records.originals import DatabaseHistoryBrowser
+from backend.services.throttle import AttemptThrottle
 from backend.settings import Settings, get_settings
 from backend.telemetry import setup_telemetry
-from chat_shell.history.loader import PackageHistoryLoader
+from chat_shell.runtime import ChatShell
 
 
-def _remote_access(settings: Settings) -> CapabilityIssuer | None:
-    """Service mode: each turn carries this backend's URL and a capability for its conversation."""
+def _remote_access(settings: Settings, key: bytes) -> CapabilityIssuer | None:
+    """Service mode: each turn carries this backend's URL and a capability for its turn."""
     if settings.runtime_mode != "service":
         return None
-    return CapabilityIssuer(
-        require_service_token(settings), settings.backend_url, settings.turn_capability_seconds
-    )
+    return CapabilityIssuer(key, settings.backend_url, settings.turn_max_seconds)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, local_model: LocalModelServer | None = None) -> FastAPI:
+    """The app; `local_model` is a server the caller already started (`serve` starts it before
+    importing the app, so the model loads while this process imports and migrates), which the
+    caller also stops. Without one, the app starts its own when the settings want one."""
     settings = settings or get_settings()
-    if settings.runtime_mode == "service":
-        require_service_token(settings)  # fail before serving, with the fix in the message
+    # Fail before serving, with the fix in the message: a secret the configuration needs is
+    # missing, weak or a placeholder (`WeakSecret`).
+    key = require_backend_secrets(settings)
+    # A bad models file or a provider key missing from the environment stops here, named.
+    configured = configured_catalog(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -68,29 +93,39 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 stack.callback(app.state.telemetry.flush)
             await check_schema(engine)
             sessions = session_factory(engine)
-            effective = settings
-            local_model = None
-            if local_model_wanted(settings):
-                local_model = await stack.enter_async_context(running_local_model(settings))
-                effective = with_local_provider(settings, local_model)
+            catalog = configured
+            served = local_model
+            if served is None and local_model_wanted(settings):
+                served = await stack.enter_async_context(running_local_model(settings))
+            if served is not None:
+                catalog = catalog.with_model(local_entry(settings, served), default=not configured.models)
+            config = runtime_config(settings, catalog)
             runtime = await stack.enter_async_context(
                 open_runtime(
-                    effective,
-                    history_loader=PackageHistoryLoader(DatabaseHistory(sessions)),
+                    settings,
+                    catalog=catalog,
                     attachments=DatabaseAttachmentReader(sessions, settings),
                     history_browser=DatabaseHistoryBrowser(sessions),
                 )
             )
-            if local_model is not None:
-                runtime = LocalModelRuntime(runtime, local_model)
-            app.state.local_model = local_model
+            # Compaction ahead of time needs chat_shell in this process (package mode).
+            ahead = (
+                AheadCompactions(sessions, runtime, settings.system_prompt)
+                if settings.compaction_ahead and isinstance(runtime, ChatShell)
+                else None
+            )
+            if served is not None:
+                runtime = LocalModelRuntime(runtime, served)
+            app.state.local_model = served
             broker = create_broker(settings.redis_url)
-            writer = EventWriter(sessions, broker.publish)
+            writer = EventWriter(sessions, broker.publish, rollups.write_staged)
             writer.start()
             stack.push_async_callback(broker.stop)
             stack.push_async_callback(writer.stop)
             defaults = TurnDefaults(
-                model=runtime_config(effective).model, system_prompt=settings.system_prompt
+                catalog=catalog,
+                system_prompt=settings.system_prompt,
+                admit=lambda model: require_accepting(served, model),
             )
             days = settings.event_log_retention_days
             runner = TurnRunner(
@@ -101,23 +136,68 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 defaults,
                 shared=settings.redis_url is not None,
                 event_retention=timedelta(days=days) if days else None,
-                remote_access=_remote_access(settings),
+                remote_access=_remote_access(settings, key),
+                limits=TurnLimits(settings.max_running_turns, settings.turn_max_seconds),
+                ahead=ahead,
             )
             await runner.start()
             stack.push_async_callback(runner.stop)
+            passwords = Passwords(settings.password_hash_profile)
+            stack.callback(passwords.close)
+            extraction = ExtractionSandbox.from_settings(settings)
+            stack.push_async_callback(asyncio.to_thread, extraction.stop)
+            throttle = AttemptThrottle(
+                settings.redis_url, settings.throttle_address_rate, settings.throttle_username_rate
+            )
             app.state.ctx = AppContext(
-                settings, engine, sessions, broker, runner, Passwords(settings.password_hash_profile)
+                settings,
+                engine,
+                sessions,
+                broker,
+                runner,
+                passwords,
+                extraction,
+                key,
+                throttle,
+                OpenStreams(settings.max_open_streams),
+                ModelList(default=catalog.default, models=model_infos(config, catalog)),
+                config,
             )
             yield
 
-    app = FastAPI(title="Chat Shell", version="0.1.0", lifespan=lifespan)
+    # /docs is served from here with its assets from a local package (no CDN); ReDoc is off.
+    app = FastAPI(title="Chat Shell", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     # Once per process; disabled telemetry leaves every instrument and span a no-op.
     app.state.telemetry = setup_telemetry(settings)
+    # The last added runs first: proxy headers decide the scheme, then every response gets the
+    # security headers, including the size limit's own 413.
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_request_bytes, exempt_prefixes=("/api/attachments",)
     )
+    app.add_middleware(SecurityHeaders, settings=settings)
+    if settings.trusted_proxies.strip():
+        # Outermost: the client address (throttling) and scheme are the trusted proxy's word.
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
     install_error_handlers(app)
-    for module in (auth, conversations, history, turns, attachments, health, pages, operators, prometheus):
+    for module in (
+        auth,
+        conversations,
+        history,
+        models,
+        presets,
+        search,
+        turns,
+        attachments,
+        tools,
+        health,
+        pages,
+        operators,
+        admin,
+        prometheus,
+    ):
         app.include_router(module.router)
+    if settings.api_docs:
+        app.include_router(api_docs.router)
+        app.mount(api_docs.ASSETS_PATH, api_docs.assets, name="api-docs-assets")
     app.mount("/static", pages.static_files, name="static")
     return app

@@ -6,10 +6,15 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from backend.services.auth import Passwords
-from backend.services.broker import LocalBroker
-from backend.services.turn_runner import TurnRunner
+from backend.model_catalog import ModelList
+from backend.services.delivery.broker import LocalBroker
+from backend.services.delivery.streams import OpenStreams
+from backend.services.delivery.turn_runner import TurnRunner
+from backend.services.records.auth import Passwords
+from backend.services.records.extraction.sandbox import ExtractionSandbox
+from backend.services.throttle import AttemptThrottle
 from backend.settings import Settings
+from chat_shell.runtime import RuntimeConfig
 
 
 @dataclass
@@ -20,3 +25,11 @@ class AppContext:
     broker: LocalBroker
     runner: TurnRunner
     passwords: Passwords
+    extraction: ExtractionSandbox
+    # Signs and checks turn capabilities (`backend.services.delivery.capabilities`).
+    capability_key: bytes
+    throttle: AttemptThrottle
+    open_streams: OpenStreams
+    models: ModelList
+    # The runtime's models and profiles (in service mode, those the chat_shell service uses).
+    config: RuntimeConfig

@@ -17,7 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,19 +28,28 @@ class SchemaNotReady(RuntimeError):
 
 def create_engine(url: str, *, sqlite_busy_timeout: float = 30.0) -> AsyncEngine:
     """`sqlite_busy_timeout`: how long a SQLite writer waits for the write lock before the
-    request fails with `database_busy` (503); PostgreSQL has row locks and no such wait."""
+    request fails with `database_busy` (503); PostgreSQL has row locks and no such wait.
+
+    SQL parameters (message text, password hashes, token digests) never reach a log line or an
+    error message: `hide_parameters`."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         # Connections are cheap; writers serialize in SQLite itself (WAL, busy timeout).
         engine = create_async_engine(
-            url, connect_args={"timeout": sqlite_busy_timeout}, pool_size=20, max_overflow=80
+            url,
+            connect_args={"timeout": sqlite_busy_timeout},
+            pool_size=20,
+            max_overflow=80,
+            hide_parameters=True,
+            pool_reset_on_return=None,  # `_sqlite_reset` instead
         )
         event.listen(engine.sync_engine, "connect", partial(_sqlite_pragmas, sqlite_busy_timeout))
+        event.listen(engine.sync_engine.pool, "reset", _sqlite_reset)
         _install_write_gate(engine, sqlite_busy_timeout)
         return engine
-    return create_async_engine(url, pool_size=20, max_overflow=20, pool_pre_ping=True)
+    return create_async_engine(url, pool_size=20, max_overflow=20, pool_pre_ping=True, hide_parameters=True)
 
 
 def _sqlite_pragmas(busy_timeout: float, dbapi_connection: object, _record: object) -> None:
@@ -51,6 +60,21 @@ def _sqlite_pragmas(busy_timeout: float, dbapi_connection: object, _record: obje
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
     cursor.close()
+
+
+def _sqlite_reset(dbapi_connection: Any, _record: ConnectionPoolEntry, state: PoolResetState) -> None:
+    """What the pool's rollback-on-return does, for a connection still in a transaction only.
+
+    SQLAlchemy rolls back a connection whose transaction has just committed too; with aiosqlite
+    each rollback is a round trip to the driver's thread, one of five per event-log commit."""
+    if state.transaction_was_reset or state.terminate_only or not state.asyncio_safe:
+        return
+    try:
+        in_transaction = dbapi_connection.driver_connection.in_transaction
+    except ValueError:  # closed: the rollback fails and the pool discards the connection
+        in_transaction = True
+    if in_transaction:
+        dbapi_connection.rollback()
 
 
 # Marks a pooled connection whose transaction holds the write gate (in the pool record's info).

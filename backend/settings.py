@@ -13,7 +13,13 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from backend.local_model.catalog import catalog_model
 from chat_shell.providers.profiles import check_overrides
+from chat_shell.tools.mcp_config import StdioServer, StreamableHttpServer, load_servers
+
+
+class RuntimeConfigurationError(RuntimeError):
+    """The settings do not describe a usable model provider."""
 
 
 class Settings(BaseSettings):
@@ -26,19 +32,26 @@ class Settings(BaseSettings):
     sqlite_busy_timeout_seconds: float = Field(default=30.0, gt=0)
     redis_url: str | None = None
 
+    # The models users may choose, several providers each (README "Models"): a TOML or JSON file.
+    # Without it the single provider below is the one model.
+    models: Path | None = None
     # Model provider. With an API key or base URL set, that provider is used instead of the local model.
     openai_base_url: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
     openai_api_key: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_API_KEY"))
     model: str | None = None
     context_window: int | None = Field(default=None, gt=0)
     max_output_tokens: int | None = Field(default=None, gt=0)
-    local_model: Literal["auto", "off"] = "auto"
-    # The embedded local model: a GGUF file to serve instead of the packaged SmolLM2, the
-    # loopback port to prefer (another free one is used when it is taken), and where the
-    # once-built llama-cpp-python wheel is kept (default ~/.cache/chat-shell/wheels).
+    # The embedded local model (README "The embedded local model"): `auto` (the default
+    # catalog model), `off`, or a catalog model's name; a GGUF file to serve instead; the
+    # loopback port to prefer (another free one is used when it is taken); where catalog models
+    # are kept (default ~/.cache/chat-shell/models); a llama-server-compatible program to serve
+    # with instead of the bundled xllamacpp; how long a start may take before it counts as failed.
+    local_model: str = "auto"
     local_model_file: Path | None = None
     local_model_port: int | None = Field(default=None, gt=0, lt=65536)
-    wheel_cache: Path | None = None
+    local_model_cache: Path | None = None
+    local_model_server: str | None = None
+    local_model_startup_timeout_seconds: float = Field(default=120.0, gt=0)
     provider_timeout_seconds: float = Field(default=120.0, gt=0)
     summary_timeout_seconds: float = Field(default=120.0, gt=0)
 
@@ -46,6 +59,10 @@ class Settings(BaseSettings):
     compaction_enabled: bool = True
     compaction_trigger_tokens: int | None = Field(default=None, gt=0)
     compaction_keep_tokens: int | None = Field(default=None, gt=0)
+    # Compaction ahead of time (issue 20): after a turn, a conversation whose next request is
+    # estimated at or above the pre-trigger (default 0.7 x trigger) is compacted in the background.
+    compaction_ahead: bool = True
+    compaction_pre_trigger_tokens: int | None = Field(default=None, gt=0)
     compaction_chunk_tokens: int | None = Field(default=None, gt=0)
     compaction_overhead_tokens: int | None = Field(default=None, ge=0)
     summary_max_tokens: int | None = Field(default=None, gt=0)
@@ -57,31 +74,79 @@ class Settings(BaseSettings):
     # Where chat_shell runs: in this process, or as its own service reached over HTTP.
     runtime_mode: Literal["package", "service"] = "package"
     service_url: str = "http://127.0.0.1:8100"
-    # Required in service mode: authenticates the backend to the service and keys the per-turn
-    # capabilities the service reads history and attachments with.
+    # Required in service mode (README "Secrets"): authenticates the backend to the service.
     service_token: str | None = None
+    # Signs the per-turn capabilities the service reads history and attachments with; required
+    # in service mode (the same on every backend replica, never the service token), generated
+    # per process otherwise.
+    capability_key: str | None = None
     # Where the chat_shell service reaches this backend (sent with every turn in service mode).
     backend_url: str = "http://127.0.0.1:8000"
-    turn_capability_seconds: int = Field(default=3600, gt=0)
 
     # Accounts and HTTP. CHEAPEST hashing exists for test suites only.
     password_hash_profile: Literal["RFC_9106_LOW_MEMORY", "RFC_9106_HIGH_MEMORY", "CHEAPEST"] = (
         "RFC_9106_LOW_MEMORY"
     )
     session_days: int = Field(default=14, gt=0)
-    cookie_secure: bool = False
-    allow_registration: bool = True
+    # API tokens made without `expires_in_days` expire after this many days.
+    token_days: int = Field(default=90, gt=0, le=3650)
     max_request_bytes: int = Field(default=1_000_000, gt=0)
+
+    # HTTPS and proxies (SECURITY.md). A request over HTTPS (TLS to this process, or a trusted
+    # proxy's `X-Forwarded-Proto: https`) gets `Secure` cookies and HSTS; `https_only` gives them
+    # to every request, for a proxy that ends TLS without saying so.
+    https_only: bool = False
+    hsts_seconds: int = Field(default=31_536_000, ge=0)
+    # The proxies whose X-Forwarded-For / X-Forwarded-Proto are believed: comma-separated
+    # addresses or networks ("10.0.0.0/8"), "*" for any. Empty: the headers are ignored and
+    # the client is the connection's peer.
+    trusted_proxies: str = ""
+    # The interactive API docs at /docs (served from this server, no CDN); /openapi.json stays.
+    api_docs: bool = True
+
+    # Abuse limits (README "Abuse limits"). Who may create an account: anyone, holders of an
+    # operator-made invite code, or nobody (operators create accounts with the CLI).
+    registration: Literal["open", "invite", "closed"] = "open"
+    invite_days: int = Field(default=7, gt=0)
+    # Login and register attempts per client address and per username, e.g. "10/minute"
+    # (the `limits` library's notation); counted in Redis when CHAT_SHELL_REDIS_URL is set.
+    throttle_address_rate: str = "10/minute"
+    throttle_username_rate: str = "20/hour"
+    # Per user: turns running at once across conversations, one turn's wall time (also the
+    # lifetime of its capability), streams open at once (per backend process), stored bytes.
+    max_running_turns: int = Field(default=3, gt=0)
+    turn_max_seconds: int = Field(default=900, gt=0)
+    max_open_streams: int = Field(default=10, gt=0)
+    max_stored_bytes: int = Field(default=1024 * 1024 * 1024, gt=0)
 
     # Attachments
     max_upload_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
     max_extracted_chars: int = Field(default=20_000_000, gt=0)
+    # Text extraction runs in worker processes; one file's extraction may use at most this much
+    # wall-clock time, processor time and address space, and files whose structure is past the
+    # caps below are refused before parsing (README "Untrusted files").
+    extraction_workers: int = Field(default=2, gt=0)
+    extraction_timeout_seconds: float = Field(default=60.0, gt=0)
+    extraction_cpu_seconds: int = Field(default=30, gt=0)
+    extraction_memory_mb: int = Field(default=1024, ge=128)
+    extraction_max_unpacked_mb: int = Field(default=200, gt=0)
+    extraction_max_compression_ratio: float = Field(default=100.0, gt=1)
+    extraction_max_html_mb: int = Field(default=10, gt=0)
+    extraction_max_pdf_pages: int = Field(default=2000, gt=0)
 
     # Turns and their delivery
     tool_call_limit: int = Field(default=30, gt=0)
     system_prompt: str | None = None
     event_log_retention_days: int = Field(default=7, ge=0)
     sse_ping_seconds: float = Field(default=15.0, gt=0)
+    # MCP servers (README "MCP servers"): a JSON or TOML file declaring them; read at startup.
+    mcp_servers: Path | None = None
+    # A stream that hears nothing from the broker re-reads the turn's log this often (the
+    # fallback when live events from another replica do not arrive).
+    stream_log_poll_seconds: float = Field(default=1.0, gt=0)
+    # An open stream asks this often whether its session or token still holds (an account
+    # disabled, a session logged out in another replica); in its own process it closes at once.
+    stream_auth_check_seconds: float = Field(default=10.0, gt=0)
 
     # Operators
     telemetry_enabled: bool = True
@@ -94,15 +159,35 @@ class Settings(BaseSettings):
         "openai_api_key",
         "redis_url",
         "model",
+        "models",
         "service_token",
+        "capability_key",
+        "metrics_token",
         "local_model_file",
         "local_model_port",
-        "wheel_cache",
+        "local_model_cache",
+        "local_model_server",
+        "mcp_servers",
         mode="before",
     )
     @classmethod
     def _blank_is_none(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("local_model")
+    @classmethod
+    def _known_local_model(cls, value: str) -> str:
+        if value != "off":
+            catalog_model(value)  # ValueError naming the choices
+        return value
+
+    @field_validator("throttle_address_rate", "throttle_username_rate")
+    @classmethod
+    def _rate_notation(cls, value: str) -> str:
+        from limits import parse
+
+        parse(value)  # ValueError naming the notation
+        return value
 
     @property
     def resolved_database_url(self) -> str:
@@ -122,6 +207,7 @@ class Settings(BaseSettings):
         flat = {
             "trigger_tokens": self.compaction_trigger_tokens,
             "keep_tokens": self.compaction_keep_tokens,
+            "pre_trigger_tokens": self.compaction_pre_trigger_tokens,
             "trim_tokens_to_summarize": self.compaction_chunk_tokens,
             "overhead_tokens": self.compaction_overhead_tokens,
             "summary_max_tokens": self.summary_max_tokens,
@@ -133,6 +219,11 @@ class Settings(BaseSettings):
         if every:
             overrides["*"] = {**every, **overrides.get("*", {})}
         return overrides
+
+    @property
+    def mcp_server_configs(self) -> dict[str, StreamableHttpServer | StdioServer]:
+        """The declared MCP servers (none without CHAT_SHELL_MCP_SERVERS)."""
+        return load_servers(self.mcp_servers) if self.mcp_servers is not None else {}
 
     @property
     def uses_remote_provider(self) -> bool:

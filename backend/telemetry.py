@@ -134,6 +134,7 @@ def _views() -> list[View]:
         ),
         View(instrument_name="chat_shell.compaction.duration", aggregation=ms),
         View(instrument_name="chat_shell.time_to_first_token", aggregation=ms),
+        View(instrument_name="chat_shell.mcp.tool_duration", aggregation=ms),
     ]
 
 

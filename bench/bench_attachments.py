@@ -24,8 +24,6 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import tiktoken
@@ -35,15 +33,18 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.db import alembic_config, create_engine, session_factory
 from backend.models import Conversation, User
-from backend.services import attachments
-from backend.services.attachment_reader import DatabaseAttachmentReader
-from backend.services.uploads import ReceivedFile
+from backend.services.records import attachments
+from backend.services.records.attachment_reader import DatabaseAttachmentReader
+from backend.services.records.extraction.sandbox import ExtractionSandbox
+from backend.services.records.uploads import ReceivedFile
 from backend.settings import Settings
-from chat_shell.compression.budget import budget_for
-from chat_shell.compression.token_counter import TokenCounter
-from chat_shell.guard.attachment_source import AttachmentPreviewSource
-from chat_shell.guard.stages import SourceContext
-from chat_shell.messages.attachment_preview import AttachmentPreviewer
+from bench.common import Timings, timed
+from chat_shell.accounting.budget import budget_for
+from chat_shell.accounting.text_counter import TiktokenText
+from chat_shell.accounting.token_counter import TokenCounter
+from chat_shell.guard.stages.attachment_preview.previewer import AttachmentPreviewer
+from chat_shell.guard.stages.attachment_preview.source import AttachmentPreviewSource
+from chat_shell.guard.stages.source import SourceContext
 from chat_shell.messages.markers import with_markers
 from chat_shell.providers.profiles import resolve_profile
 from chat_shell.tools.read_attachment import ReadAttachmentSession, read_attachment
@@ -76,28 +77,6 @@ def log_text(chars: int, seed: int) -> str:
     return "".join(lines)[:chars]
 
 
-@dataclass(frozen=True)
-class Timings:
-    wall: list[float]  # ms per call
-    cpu: list[float]  # ms of CPU the process spent per call (all threads: the SQLite driver's too)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.wall)
-
-
-async def timed(fn: Callable[[], Awaitable[object]], repeat: int, warmup: int = 2) -> Timings:
-    for _ in range(warmup):
-        await fn()
-    wall, cpu = [], []
-    for _ in range(repeat):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        await fn()
-        wall.append((time.perf_counter() - start) * 1000)
-        cpu.append((time.process_time() - start_cpu) * 1000)
-    return Timings(wall, cpu)
-
-
 def summary(timings: Timings) -> str:
     ordered = sorted(timings.wall)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
@@ -110,6 +89,7 @@ def summary(timings: Timings) -> str:
 async def ingest(
     settings: Settings,
     sessions: async_sessionmaker[AsyncSession],
+    extraction: ExtractionSandbox,
     owner: User,
     conversation_id: int,
     name: str,
@@ -120,7 +100,7 @@ async def ingest(
     path.parent.mkdir(parents=True)
     path.write_bytes(data)
     received = ReceivedFile(path, name, len(data), hashlib.sha256(data).hexdigest(), None)
-    row = await attachments.ingest(sessions, settings, owner, conversation_id, received)
+    row = await attachments.ingest(sessions, settings, extraction, owner, conversation_id, received)
     assert row.status == "ready", row.parse_notes
     return row.id
 
@@ -149,22 +129,40 @@ async def run(quick: bool) -> bool:
 
         started = time.perf_counter()
         per_file = preview_total // 10
-        preview_ids = [
-            await ingest(settings, sessions, owner, conversation.id, f"part-{n}.log", log_text(per_file, n))
-            for n in range(10)
-        ]
-        big = await ingest(
-            settings, sessions, owner, conversation.id, "huge.log", log_text(extract_chars, 99)
-        )
+        extraction = ExtractionSandbox.from_settings(settings)
+        try:
+            preview_ids = [
+                await ingest(
+                    settings,
+                    sessions,
+                    extraction,
+                    owner,
+                    conversation.id,
+                    f"part-{n}.log",
+                    log_text(per_file, n),
+                )
+                for n in range(10)
+            ]
+            big = await ingest(
+                settings,
+                sessions,
+                extraction,
+                owner,
+                conversation.id,
+                "huge.log",
+                log_text(extract_chars, 99),
+            )
+        finally:
+            await asyncio.to_thread(extraction.stop)
         elapsed = time.perf_counter() - started
         print(f"setup: ingested {10 * per_file:,} + {extract_chars:,} characters in {elapsed:.1f} s")
         load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
         print(f"machine: {os.cpu_count()} CPUs, load average {load} (wall times grow with load, cpu hardly)")
 
         async def preview_once() -> object:
-            rendered = await AttachmentPreviewer(reader, conversation.id, 15_000, count_tokens).render(
-                preview_ids
-            )
+            rendered = await AttachmentPreviewer(
+                reader, conversation.id, 15_000, TokenCounter(TiktokenText())
+            ).render(preview_ids)
             assert count_tokens(rendered.text) <= 15_000
             return rendered
 
@@ -193,7 +191,7 @@ async def run(quick: bool) -> bool:
         tool: dict[str, Timings] = {}
         for label, offset in offsets.items():
             fetch[label] = await timed(lambda o=offset: reader.read(conversation.id, big, o, 60_000), repeat)
-            state = ReadAttachmentSession(conversation.id, reader, 15_000, count_tokens, max_calls=10**6)
+            state = ReadAttachmentSession(conversation.id, reader, 15_000, TiktokenText(), max_calls=10**6)
             tool[label] = await timed(lambda o=offset, s=state: read_attachment(s, big, o), repeat)
         pages_ok = True
         for title, figures in (

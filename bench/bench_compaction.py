@@ -45,13 +45,14 @@ from pydantic import Field
 
 from bench.common import verdict
 from bench.workloads import load, workload_module
-from chat_shell.compression.budget import Budget, budget_for
-from chat_shell.compression.calibration import Fit, estimate
-from chat_shell.compression.summary_compactor import SummaryCompactor
-from chat_shell.compression.token_counter import REPLY_PRIMING, TiktokenText, TokenCounter
+from chat_shell.accounting.budget import Budget, budget_for
+from chat_shell.accounting.calibration import Fit, estimate
+from chat_shell.accounting.text_counter import TiktokenText
+from chat_shell.accounting.token_counter import REPLY_PRIMING, TokenCounter
 from chat_shell.contracts import TurnEvent
 from chat_shell.guard.context_guard import UnifiedContextGuard
-from chat_shell.guard.stages import SummaryRequest
+from chat_shell.guard.stages.summary_compaction.compactor import SummaryCompactor
+from chat_shell.guard.stages.summary_compaction.request import SummaryRequest
 from chat_shell.providers.profiles import resolve_profile
 
 TRIGGER, KEEP = 49_152, 24_000
@@ -183,6 +184,7 @@ async def replay_ours(messages: list[BaseMessage], needles: list[str]) -> tuple[
     counter = TokenCounter.for_profile(PROFILE)
     guard = UnifiedContextGuard(
         PROFILE,
+        budget_for(PROFILE),
         emit=lambda _: None,
         summary_compactor=SummaryCompactor(summarizer, conversation_id=1),
         counter=counter,

@@ -40,6 +40,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from bench.common import verdict
 from bench.workloads import load
+from chat_shell.accounting.budget import budget_for
 from chat_shell.contracts import TurnEvent
 from chat_shell.guard.context_guard import UnifiedContextGuard
 from chat_shell.providers.profiles import ModelProfile
@@ -109,11 +110,11 @@ async def measure(name: str) -> dict[str, float]:
     figures: dict[str, float] = {}
 
     joined = "\n".join(texts)
-    guard = UnifiedContextGuard(UNBOUNDED, emit=events.append)
+    guard = UnifiedContextGuard(UNBOUNDED, budget_for(UNBOUNDED), emit=events.append)
 
     async def cold() -> None:
         nonlocal guard
-        guard = UnifiedContextGuard(UNBOUNDED, emit=events.append)
+        guard = UnifiedContextGuard(UNBOUNDED, budget_for(UNBOUNDED), emit=events.append)
         update = await guard({"messages": list(messages)})
         assert "messages" not in update, "the benchmark profile must not compact anything"
 
@@ -151,7 +152,7 @@ async def measure(name: str) -> dict[str, float]:
 
     stored = guard.annotate_responses(state)
     reloaded = [m.model_copy() for m in stored]
-    fresh = UnifiedContextGuard(UNBOUNDED, emit=events.append)
+    fresh = UnifiedContextGuard(UNBOUNDED, budget_for(UNBOUNDED), emit=events.append)
     reload_started = time.perf_counter()
     await fresh({"messages": reloaded})
     figures["reload"] = time.perf_counter() - reload_started

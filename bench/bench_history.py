@@ -5,7 +5,8 @@ with the same tail (same checkpoint chain, same 20 turns after it): the history 
 (package mode's loader) and over HTTP (what a remote chat_shell does), on SQLite and PostgreSQL.
 Target: the 10,000-turn load within 1.5x of the 100-turn one. Also printed: loading the full
 10,000-turn history (ignoring checkpoints) versus from the checkpoint, the query plans (the
-checkpoint probe and the row read use indexes, never a scan of the conversation), and the
+walk up the message tree to the checkpoint uses the primary key, never a scan of the
+conversation), and the
 per-attempt cost of choosing the offered tool set.
 """
 
@@ -27,18 +28,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from backend.app import create_app
 from backend.db import create_engine, session_factory
 from backend.models import Conversation, Message, User
-from backend.services import capabilities
-from backend.services.conversations import lineage
-from backend.services.history import DatabaseHistory, newest_checkpoint_query, resolve_history, rows_query
+from backend.services.delivery import capabilities
+from backend.services.records import branches
+from backend.services.records.history import resolve_history
 from backend.settings import Settings
 from bench.common import median_ms, row
 from chat_shell.contracts import ChainMessage, ChainMetadata, ToolCall
 from chat_shell.tools.registry import TurnFacts, default_tools
 from tests.support import databases
+from tests.support.capabilities import CAPABILITY_KEY, running_turn
 from tests.support.servers import serve
 
 TAIL_TURNS = 20
-SERVICE_TOKEN = "bench-secret"
 WORDS = "the quick brown fox jumps over the lazy dog while the budget stays under fifty thousand yen "
 
 
@@ -142,6 +143,7 @@ async def _seed(engine: AsyncEngine, sizes: tuple[int, ...]) -> tuple[int, dict[
             rows = _rows(conversation.id, size, checkpoints)
             for start in range(0, len(rows), 2_000):
                 await db.execute(insert(Message), rows[start : start + 2_000])
+            await databases.chain_messages(db, conversation.id)
             made[size] = conversation.id
     async with engine.begin() as connection:
         await connection.execute(text("ANALYZE"))
@@ -153,11 +155,11 @@ async def _plans(
 ) -> None:
     async with sessions() as db:
         conversation = await db.get_one(Conversation, conversation_id)
-        level = (await lineage(db, conversation))[0]
-    checkpoint_at = 2 * (size - TAIL_TURNS)
+        leaf = conversation.current_leaf_pk
+    assert leaf is not None
     queries = {
-        "checkpoint probe": newest_checkpoint_query(level, 2 * size + 1, Message),
-        "rows after it": rows_query(level, checkpoint_at, 2 * size + 1),
+        "walk up the path to the checkpoint": branches.walk_query(leaf, to_checkpoint=True),
+        "a page of the path": branches.walk_query(leaf, limit=50),
     }
     dialect = engine.dialect
     for name, query in queries.items():
@@ -181,14 +183,17 @@ async def _plans(
 async def _http_ms(
     settings: Settings, owner_id: int, conversations: dict[int, int], repeat: int
 ) -> tuple[float, float]:
-    key = capabilities.derive_key(SERVICE_TOKEN)
+    key = CAPABILITY_KEY.encode()
+    app = create_app(settings)
     async with (
-        serve(create_app(settings)) as base_url,
+        serve(app) as base_url,
         httpx.AsyncClient(base_url=base_url, timeout=120) as client,
     ):
         loads = []
         for size, conversation_id in conversations.items():
-            grant = capabilities.Capability(conversation_id, owner_id, int(time.time()) + 3600)
+            # A capability reads only while its turn runs: one is marked running for it.
+            turn_id = await running_turn(app.state.ctx.sessions, conversation_id)
+            grant = capabilities.Capability(turn_id, conversation_id, owner_id, int(time.time()) + 3600)
             headers = {"Authorization": f"Bearer {capabilities.mint(key, grant)}"}
             path = f"/api/conversations/{conversation_id}/history?before_message_id={2 * size + 1}"
 
@@ -207,7 +212,13 @@ async def _measure(url: str, label: str, sizes: tuple[int, int], repeat: int, da
     owner_id, conversations = await _seed(engine, sizes)
     print(f"[{label}] seeded {small} and {large} turns in {time.perf_counter() - started:.1f} s")
     sessions = session_factory(engine)
-    load = DatabaseHistory(sessions)
+
+    async def load(conversation_id: int, before_message_id: int) -> list[ChainMessage]:
+        async with sessions() as db:
+            conversation = await db.get(Conversation, conversation_id)
+            assert conversation is not None
+            return (await resolve_history(db, conversation, before_message_id=before_message_id)).messages
+
     lengths = {size: len(await load(cid, 2 * size + 1)) for size, cid in conversations.items()}
     assert lengths[small] == lengths[large], lengths
     timings = dict(
@@ -235,7 +246,7 @@ async def _measure(url: str, label: str, sizes: tuple[int, int], repeat: int, da
         local_model="off",
         openai_base_url="http://127.0.0.1:9/v1",
         telemetry_enabled=False,
-        service_token=SERVICE_TOKEN,
+        capability_key=CAPABILITY_KEY,
     )
     http = dict(zip(sizes, await _http_ms(settings, owner_id, conversations, repeat), strict=True))
 

@@ -19,7 +19,7 @@ from sqlalchemy import insert, select, text
 from backend.db import create_engine, session_factory
 from backend.models import Conversation, Message, User
 from backend.models.base import utcnow
-from backend.services import conversations
+from backend.services.records import conversations, messages
 from bench.common import median_ms, row
 from tests.support import databases
 
@@ -57,6 +57,7 @@ async def _seed(url: str, sizes: tuple[int, ...]) -> dict[int, tuple[int, int]]:
                     for i in range(size)
                 ],
             )
+            await databases.chain_messages(db, target)
             made[size] = (user.id, target)
     # Fresh bulk loads have no planner statistics yet; a live database has them (autovacuum).
     async with engine.begin() as connection:
@@ -76,12 +77,11 @@ async def _measure(url: str, label: str, repeat: int) -> None:
             user = await db.get(User, user_id)
             conversation = await db.get(Conversation, conversation_id)
             assert user is not None and conversation is not None
-            levels = await conversations.lineage(db, conversation)
 
             _, cursor = await conversations.list_page(db, user, size - PAGE - 1, None, None)
             cases = {
-                "messages, newest page": partial(conversations.visible_messages, db, levels, None, PAGE),
-                "messages, oldest page": partial(conversations.visible_messages, db, levels, PAGE + 1, PAGE),
+                "messages, newest page": partial(messages.visible_messages, db, conversation, None, PAGE),
+                "messages, oldest page": partial(messages.visible_messages, db, conversation, PAGE + 1, PAGE),
                 "conversations, first page": partial(conversations.list_page, db, user, PAGE, None, None),
                 "conversations, last page": partial(conversations.list_page, db, user, PAGE, cursor, None),
             }

@@ -6,7 +6,7 @@
    context snapshot, 2,000 conversations over 30 days) and 25,000 compaction rows, on SQLite
    and on PostgreSQL: `GET /api/metrics/summary` for each window (every query it runs, all
    rows of the 30-day window included) and one conversation's drill-down. The stored rows'
-   hourly rollups are written by the service's own staging (`services.rollups`), which the
+   hourly rollups are written by the service's own staging (`services.dashboard.rollups`), which the
    7- and 30-day windows read. Median of several runs each; target <= 300 ms (issue 10).
 2. Telemetry enabled versus disabled, per turn of ChatShell against the scripted provider (in
    its own process, so only the runtime's work is measured), each mode in its own child
@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -41,8 +42,8 @@ from sqlalchemy import insert
 from backend.db import create_engine, session_factory
 from backend.models import User
 from backend.models.base import utcnow
-from backend.services import dashboard
-from bench.common import row
+from backend.services.dashboard import aggregates, pressure
+from bench.common import row, timed
 from tests.support import databases
 from tests.support.dashboard import StoredCompaction, StoredTurn, store_metrics
 from tests.support.servers import free_port
@@ -125,17 +126,11 @@ async def _seed(url: str, messages: int) -> int:
     return chosen
 
 
-async def _time(fn, repeat: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+async def _time(fn: Callable[[], Awaitable[object]], repeat: int) -> tuple[float, float]:
     """Median wall ms and median CPU ms of this process (SQLite works in-process; for
     PostgreSQL the CPU is the client's share only)."""
-    await fn()
-    wall, cpu = [], []
-    for _ in range(repeat):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        await fn()
-        wall.append((time.perf_counter() - start) * 1000)
-        cpu.append((time.process_time() - start_cpu) * 1000)
-    return statistics.median(wall), statistics.median(cpu)
+    timings = await timed(fn, repeat, warmup=1)
+    return timings.median, statistics.median(timings.cpu)
 
 
 async def _measure(
@@ -148,13 +143,13 @@ async def _measure(
         for window in ("1h", "24h", "7d", "30d"):
 
             async def summary(window: str = window) -> None:
-                await dashboard.summary(sessions, window)
+                await aggregates.summary(sessions, window)
 
             results.append((f"{label} summary {window}", await _time(summary, repeat)))
 
         async def detail() -> None:
             async with sessions() as db:
-                await dashboard.conversation_detail(db, conversation_id)
+                await pressure.conversation_detail(db, conversation_id)
 
         results.append((f"{label} conversation drill-down", await _time(detail, repeat)))
     finally:
@@ -248,12 +243,15 @@ async def _telemetry_work_us(shell, terminal) -> float:  # type: ignore[no-untyp
     in a loop (turn span, model-call span with its metrics, the terminal event's metrics)."""
     from langchain_core.messages import AIMessage, HumanMessage
 
+    from chat_shell.accounting.budget import budget_for
+    from chat_shell.contracts import TurnEvent
     from chat_shell.observability.model_spans import model_call
     from chat_shell.observability.turn_telemetry import TurnTelemetry
     from tests.support.turns import make_request
 
     request = make_request(1, "How are the sales?")
     profile = shell.profile()
+    budget = budget_for(profile)
     reply = AIMessage(
         "Sales are up.",
         usage_metadata={"input_tokens": 120, "output_tokens": 5, "total_tokens": 125},
@@ -264,15 +262,16 @@ async def _telemetry_work_us(shell, terminal) -> float:  # type: ignore[no-untyp
     loops = 2_000
     start = time.process_time()
     for _ in range(loops):
-        telemetry = TurnTelemetry(request, profile, default_model="gpt-4o")
+        telemetry = TurnTelemetry(request, profile, budget, default_model="gpt-4o")
 
-        async def one_call(telemetry: TurnTelemetry = telemetry) -> None:
+        async def one_call() -> AsyncIterator[TurnEvent]:
             with model_call("answer", "gpt-4o", 16_384, messages) as call:
                 assert call is not None
                 call.succeeded(reply)
-            telemetry.observe(terminal)
+            yield terminal
 
-        await telemetry.run(one_call())
+        async for _ in telemetry.observe_turn(one_call()):
+            pass
     return (time.process_time() - start) * 1_000_000 / loops
 
 

@@ -35,6 +35,7 @@ from langchain_core.runnables import Runnable
 from chat_shell.contracts import TurnRequest, UserInput
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
 from chat_shell.runtime import ChatShell, RuntimeConfig
+from tests.support.report_tool import with_report_tool
 from tests.support.scripted_provider import ScriptedProvider, text, tool_call
 from tests.support.servers import serve
 
@@ -118,7 +119,7 @@ async def main(quick: bool) -> None:
     provider = ScriptedProvider()
     async with serve(provider.app) as url:
         config = RuntimeConfig(provider=ProviderConfig(base_url=f"{url}/v1", max_retries=0), model="gpt-4o")
-        shell = ChatShell(config)
+        shell = ChatShell(config, tools=with_report_tool())
         turn_ids = iter(range(1, 10**9))
 
         # The same request the runtime sends (tools bound), straight through ChatOpenAI.astream.

@@ -7,7 +7,7 @@ Package mode passes these objects in-process; service mode sends the same models
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal, Protocol
 
@@ -160,6 +160,14 @@ class TurnRequest(BaseModel):
     backend: BackendAccess | None = None
     model: str | None = None
     system_prompt: str | None = None
+    # The MCP servers the conversation enabled, by name; None: the deployment's default set.
+    mcp_servers: list[str] | None = None
+    # The conversation's own instructions: sent after the system prompt, in the same system
+    # message, and counted with it under "system".
+    instructions: str | None = None
+    # MCP servers and tools (`<server>_<tool>`) marked "ask first": a call of one waits for the
+    # user's decision (`TurnRuntime.decide`) before it runs.
+    ask_first: list[str] = Field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------
@@ -169,6 +177,9 @@ class TurnRequest(BaseModel):
 ContextState = Literal["normal", "warning", "compacting", "compacted", "refused"]
 BREAKDOWN_SOURCES = (
     "system",
+    # What the provider adds to every request beyond what we send (hidden prompt, tool
+    # scaffolding): the configured or calibrated fixed overhead, never folded into `system`.
+    "overhead",
     "tool_schemas",
     "history",
     "tool_outputs",
@@ -178,10 +189,15 @@ BREAKDOWN_SOURCES = (
 )
 
 
+CompactionStrategy = Literal["summary_compact", "summary_ahead", "emergency_truncate", "tail_drop"]
+# The strategies that summarize: inside a turn's hook, or ahead of time between turns.
+SUMMARY_STRATEGIES = frozenset({"summary_compact", "summary_ahead"})
+
+
 class CompactionRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    strategy: Literal["summary_compact", "emergency_truncate", "tail_drop"] = "summary_compact"
+    strategy: CompactionStrategy = "summary_compact"
     status: Literal["started", "in_progress", "completed", "fallback"]
     before_tokens: int | None = None
     after_tokens: int | None = None
@@ -195,6 +211,9 @@ class CompactionRecord(BaseModel):
     checkpoint_message_id: int | None = None
     retention_score: float | None = None
     chunks: int | None = None
+    # The user-visible message (message_id) the kept tail starts at: the first one the model
+    # still sees verbatim; everything above it is summarized (summary_compact only).
+    first_kept_message_id: int | None = None
 
 
 class ContextMetrics(BaseModel):
@@ -217,6 +236,62 @@ class ContextMetrics(BaseModel):
     estimate_source: Literal["configured", "calibrated", "reported"] = "configured"
     calibration: dict[str, Any] = Field(default_factory=dict)
     latest_compaction: CompactionRecord | None = None
+
+
+# ---------------------------------------------------------------------------
+# The model requests of a turn, as sent (issue 19)
+# ---------------------------------------------------------------------------
+
+RequestSource = Literal[
+    # The operator's system prompt; the conversation's own instructions (sent after it, in the
+    # same system message); the guidance of a retried attempt (appended to its first call).
+    "system",
+    "instructions",
+    "guidance",
+    "tool_schemas",
+    "history",
+    "tool_output",
+    "attachment_preview",
+    "summary",
+    "kept_tail",
+    "current_input",
+]
+
+
+class RequestEntry(BaseModel):
+    """One part of a model request: a message as sent (after every guard stage), or a tool's
+    definition. `tokens` is the message's count in the profile's units (framing included)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant", "tool", "tool_schema"]
+    source: RequestSource
+    tokens: int
+    # The tool's name (tool outputs, tool definitions).
+    name: str | None = None
+    # The MCP server a tool definition comes from (None: a built-in tool).
+    server: str | None = None
+    # What was sent: the content, with the assistant's tool calls as `→ name(arguments)` lines.
+    text: str = ""
+    # The tokens of an attachment preview at the start of a user message's text.
+    preview_tokens: int | None = None
+    # The chain entry the message is (None for tool definitions and attempt guidance).
+    message_id: str | None = None
+
+
+class ModelRequest(BaseModel):
+    """One model call's request as the provider received it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int
+    entries: list[RequestEntry]
+    # Added to every request besides its entries: the priming of the assistant's reply.
+    framing_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(entry.tokens for entry in self.entries) + self.framing_tokens
 
 
 # ---------------------------------------------------------------------------
@@ -243,6 +318,8 @@ class ToolBlock(BaseModel):
     output: str | None = None
     status: Literal["running", "completed", "error"] = "running"
     truncated_for_model: bool = False
+    # An "ask first" call: waiting for the user's decision, or what the user decided.
+    approval: Literal["pending", "allowed", "denied"] | None = None
 
 
 Block = Annotated[TextBlock | ToolBlock, Field(discriminator="type")]
@@ -265,6 +342,8 @@ TerminationReason = Literal[
     "context_refused",
     "provider_error",
     "cancelled",
+    # Stopped by its host at the per-turn wall-clock limit (what it wrote so far is kept).
+    "time_limit",
     # A failure of chat_shell itself or of its host (history, service connection), not the model's.
     "internal_error",
 ]
@@ -282,6 +361,10 @@ class TurnResult(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     ttft_ms: float | None = None
     overflow_errors: int = 0
+    # Graph runs of the turn (the first attempt and every retry); 0 when none started.
+    attempts: int = 0
+    # Every model call's request, in order (empty: the turn ended before calling the model).
+    requests: list[ModelRequest] = Field(default_factory=list)
 
 
 class TurnStarted(BaseModel):
@@ -300,6 +383,8 @@ class ToolStarted(BaseModel):
     call_id: str
     name: str
     args: dict[str, Any] = Field(default_factory=dict)
+    # The MCP server whose tool this is (None: a built-in tool).
+    server: str | None = None
 
 
 class ToolCompleted(BaseModel):
@@ -309,6 +394,24 @@ class ToolCompleted(BaseModel):
     output: str
     is_error: bool = False
     truncated_for_model: bool = False
+
+
+class ApprovalRequested(BaseModel):
+    """An "ask first" tool call waits for the user's decision (it follows its `tool.started`)."""
+
+    type: Literal["approval.requested"] = "approval.requested"
+    call_id: str
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    server: str | None = None
+
+
+class ApprovalDecided(BaseModel):
+    """The user's decision on a waiting call: allowed, it runs; denied, the model is told so."""
+
+    type: Literal["approval.decided"] = "approval.decided"
+    call_id: str
+    allowed: bool
 
 
 class ContextMetricsEvent(BaseModel):
@@ -349,6 +452,8 @@ TurnEvent = Annotated[
     | MessageDelta
     | ToolStarted
     | ToolCompleted
+    | ApprovalRequested
+    | ApprovalDecided
     | ContextMetricsEvent
     | ContextCompactionEvent
     | TurnCompleted
@@ -394,8 +499,8 @@ class ModelHistory(BaseModel):
     messages: list[ChainMessage]
 
 
-class OriginalSummary(BaseModel):
-    """One message of the user-visible record, as `list_history` shows it."""
+class OriginalMessage(BaseModel):
+    """Which message of the user-visible record an answer is about."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -403,6 +508,11 @@ class OriginalSummary(BaseModel):
     role: Literal["user", "assistant"]
     status: str
     created_at: datetime
+
+
+class OriginalSummary(OriginalMessage):
+    """One message of the user-visible record, as `list_history` shows it."""
+
     # Characters of the message's readable text (what `read_message` pages through).
     chars: int
     # The start of that text, whitespace collapsed, bounded.
@@ -422,20 +532,67 @@ class OriginalsPage(BaseModel):
     next_before_message_id: int | None = None
 
 
-class OriginalText(BaseModel):
+class OriginalText(OriginalMessage):
     """A page of one user-visible message's readable text, by character offset (code points)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    message_id: int
-    role: Literal["user", "assistant"]
-    status: str
-    created_at: datetime
     offset: int
     text: str
     next_offset: int
     total_chars: int
     has_more: bool
+
+
+class McpToolInfo(BaseModel):
+    name: str
+    description: str = ""
+
+
+class McpServerInfo(BaseModel):
+    """A configured MCP server as the tools panel shows it."""
+
+    name: str
+    transport: Literal["streamable_http", "stdio"]
+    status: Literal["connecting", "available", "unavailable"]
+    # In the deployment's default set (conversations that have not chosen use these).
+    enabled_by_default: bool
+    tools: list[McpToolInfo] = Field(default_factory=list)
+    # Why the server is unavailable (the last connection error).
+    error: str | None = None
+
+
+class AheadRequest(BaseModel):
+    """A finished turn whose conversation may be compacted ahead of time, before the next send."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conversation_id: int
+    owner_id: int
+    turn_id: int
+    # The finished turn's assistant message: the checkpoint is stored on it (SPEC 5.5).
+    assistant_message_id: int
+    # The model-visible history the next turn would start from, that message's entries included.
+    history: list[ChainMessage]
+    # Ids of the entries that message itself contributes: kept as they are, not cloned.
+    own_ids: list[str] = Field(default_factory=list)
+    model: str | None = None
+    system_prompt: str | None = None
+    # The conversation's own instructions, as the next turn will send them.
+    instructions: str | None = None
+
+
+# Where a compaction made ahead of time reports its statuses (`started`, `in_progress`, ...).
+CompactionStatusSink = Callable[["ContextCompactionEvent"], None]
+
+
+class AheadCompactor(Protocol):
+    """A runtime that can compact a conversation between turns (in-process chat_shell)."""
+
+    async def compact_ahead(
+        self, request: AheadRequest, on_status: CompactionStatusSink
+    ) -> ContextCompactionEvent | None:
+        """The final status (`completed` with its checkpoint chain, or `fallback`), or None
+        when the next request is below the pre-trigger and nothing was done."""
+        ...
 
 
 class TurnRuntime(Protocol):
@@ -446,6 +603,15 @@ class TurnRuntime(Protocol):
     """
 
     def run(self, request: TurnRequest, cancel: asyncio.Event | None = None) -> AsyncIterator[TurnEvent]: ...
+
+    async def mcp_servers(self) -> list[McpServerInfo]:
+        """The configured MCP servers, their state and their tools."""
+        ...
+
+    async def decide(self, turn_id: int, call_id: str, allow: bool) -> bool:
+        """The user's decision on an "ask first" call of a running turn; False when that call
+        is not waiting for one (never asked, or decided already)."""
+        ...
 
 
 class HistoryLoader(Protocol):

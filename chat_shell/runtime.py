@@ -23,38 +23,63 @@ from typing import Any
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.state import CompiledStateGraph
 
+from chat_shell.accounting.budget import Budget, budget_for
+from chat_shell.accounting.text_counter import text_counter_for
+from chat_shell.accounting.token_counter import TokenCounter
 from chat_shell.agents.builder import build_agent
 from chat_shell.agents.runner import TurnExecution, TurnSetup
-from chat_shell.compression.budget import budget_for
-from chat_shell.compression.token_counter import text_counter_for
 from chat_shell.contracts import (
-    TERMINAL_EVENT_TYPES,
+    AheadRequest,
     AttachmentReader,
+    CompactionStatusSink,
+    ContextCompactionEvent,
     HistoryBrowser,
-    HistoryLoader,
+    McpServerInfo,
     TurnEvent,
+    TurnFailed,
     TurnRequest,
+    TurnResult,
+    TurnStarted,
 )
-from chat_shell.guard.factory import build_guard
-from chat_shell.guard.protocol import (
-    COMPACTION_HEARTBEAT_SECONDS,
-    SUMMARY_TIMEOUT_SECONDS,
-    GuardFactory,
-    Summarizer,
-)
+from chat_shell.guard.factory import build_ahead_guard, build_guard
+from chat_shell.guard.protocol import GuardContext, GuardFactory, Summarizer
+from chat_shell.guard.stages.records import FINAL_STATUSES
+from chat_shell.guard.stages.summary_compaction.settings import CompactionSettings
 from chat_shell.host import FixedHost, Host, TurnServices
-from chat_shell.observability.turn_telemetry import TurnTelemetry
+from chat_shell.messages.convert import ahead_messages
+from chat_shell.observability import instruments
+from chat_shell.observability.turn_telemetry import TurnTelemetry, count_compaction
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
 from chat_shell.providers.profiles import ModelProfile, resolve_profile
 from chat_shell.providers.summarizer import ModelSummarizer
-from chat_shell.tools.registry import ToolRegistry, default_tools
+from chat_shell.tools.approvals import ApprovalDesk
+from chat_shell.tools.mcp import McpToolbox
+from chat_shell.tools.mcp_config import StdioServer, StreamableHttpServer
+from chat_shell.tools.registry import AttemptTools, ToolRegistry, default_tools
+
+UNKNOWN_MODEL = "unknown_model"
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """One model turns may name (by `id`): its endpoint, the name that endpoint knows it by,
+    and the model that writes its compaction summaries (another choice's id; None: itself)."""
+
+    id: str
+    provider: ProviderConfig
+    name: str
+    summarizer: str | None = None
 
 
 @dataclass(frozen=True)
 class RuntimeConfig:
+    # The endpoint of turns when `models` is empty (any model name goes to it).
     provider: ProviderConfig
     # The model of turns whose request names none.
     model: str
+    # The models turns may name, by id, each with its own endpoint; a turn naming another model
+    # fails with `unknown_model`. Empty: a single endpoint (`provider`) serves any model name.
+    models: Mapping[str, ModelChoice] = field(default_factory=dict)
     # Profile overrides (CHAT_SHELL_CONTEXT_WINDOW / CHAT_SHELL_MAX_OUTPUT_TOKENS).
     context_window: int | None = None
     max_output_tokens: int | None = None
@@ -65,10 +90,32 @@ class RuntimeConfig:
     # Used when a request carries no system prompt of its own.
     system_prompt: str | None = None
     # Summary compaction: the summarizer call's time limit and the heartbeat interval.
-    summary_timeout_seconds: float = SUMMARY_TIMEOUT_SECONDS
-    compaction_heartbeat_seconds: float = COMPACTION_HEARTBEAT_SECONDS
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)
     # Per-profile guard settings (SPEC 4): model id -> ModelProfile fields; "*" applies to all.
     profile_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The MCP servers whose tools turns may use (CHAT_SHELL_MCP_SERVERS), by name.
+    mcp_servers: Mapping[str, StreamableHttpServer | StdioServer] = field(default_factory=dict)
+
+    def choice(self, model: str | None = None) -> ModelChoice | None:
+        """What serves `model` (default: the default model); None when no configured model has
+        that id."""
+        model = model or self.model
+        if not self.models:
+            return ModelChoice(model, self.provider, model)
+        return self.models.get(model)
+
+    def profile(self, model: str | None = None) -> ModelProfile:
+        """`model`'s profile: the built-in one of the name its provider knows it by, with the
+        configured overrides of its id on top."""
+        model = model or self.model
+        choice = self.choice(model)
+        return resolve_profile(
+            model,
+            context_window=self.context_window,
+            max_output_tokens=self.max_output_tokens,
+            overrides=self.profile_overrides,
+            lookup=choice.name if choice is not None else None,
+        )
 
 
 class ChatShell:
@@ -78,97 +125,172 @@ class ChatShell:
         *,
         tools: ToolRegistry | None = None,
         guard_factory: GuardFactory | None = None,
-        history_loader: HistoryLoader | None = None,
         attachments: AttachmentReader | None = None,
         history_browser: HistoryBrowser | None = None,
         host: Host | None = None,
     ) -> None:
-        """`host` serves each turn; without it, the given loader and readers serve every turn."""
-        if host is not None and (history_loader, attachments, history_browser) != (None, None, None):
+        """`host` serves each turn; without it, the given readers serve every turn (package
+        mode, whose requests carry their resolved history)."""
+        if host is not None and (attachments, history_browser) != (None, None):
             raise ValueError("give either a host or fixed services, not both")
         self.config = config
         self.tools = tools if tools is not None else default_tools()
+        self.mcp = McpToolbox.from_config(config.mcp_servers) if config.mcp_servers else None
         self.checkpointer = InMemorySaver()
+        self.approvals = ApprovalDesk()
         self._guard_factory = guard_factory or build_guard
-        self._host = host or FixedHost(TurnServices(history_loader, attachments, history_browser))
+        self._host = host or FixedHost(TurnServices(attachments=attachments, originals=history_browser))
         self._graphs: dict[tuple[str, int, bool], CompiledStateGraph] = {}
         self._summarizers: dict[tuple[str, int], Summarizer] = {}
         # Load the default model's tokenizer now, not inside the first turn (it takes ~0.3 s).
         text_counter_for(self.profile())
 
     def profile(self, model: str | None = None) -> ModelProfile:
-        return resolve_profile(
-            model or self.config.model,
-            context_window=self.config.context_window,
-            max_output_tokens=self.config.max_output_tokens,
-            overrides=self.config.profile_overrides,
-        )
+        return self.config.profile(model)
+
+    def _choice(self, model: str) -> ModelChoice:
+        choice = self.config.choice(model)
+        if choice is None:
+            raise KeyError(model)
+        return choice
 
     def graph(self, profile: ModelProfile, *, answer_only: bool) -> CompiledStateGraph:
         key = (profile.name, profile.max_output_tokens, answer_only)
         graph = self._graphs.get(key)
         if graph is None:
-            model = create_chat_model(profile, self.config.provider)
+            choice = self._choice(profile.name)
+            model = create_chat_model(profile, choice.provider, model_name=choice.name)
             graph = build_agent(
                 model, self.tools.tools, checkpointer=self.checkpointer, answer_only=answer_only
             )
             self._graphs[key] = graph
         return graph
 
-    def summarizer(self, profile: ModelProfile) -> Summarizer:
-        """The model summary compaction calls: the turn's model, non-streaming, with the summary
-        timeout and room for a summary twice its cap (a longer one gets a shortening pass)."""
-        cap = budget_for(profile).summary_max_tokens
-        key = (profile.name, cap)
+    def summarizer(self, profile: ModelProfile, budget: Budget) -> Summarizer:
+        """The model summary compaction calls: the turn model's summarizer (the turn's model
+        unless configured otherwise), non-streaming, with the summary timeout and room for a
+        summary twice its cap (a longer one gets a shortening pass)."""
+        cap = budget.summary_max_tokens
+        writer = self._choice(self._choice(profile.name).summarizer or profile.name)
+        key = (writer.id, cap)
         summarizer = self._summarizers.get(key)
         if summarizer is None:
+            writer_profile = profile if writer.id == profile.name else self.profile(writer.id)
             model = create_chat_model(
-                replace(profile, max_output_tokens=min(profile.max_output_tokens, 2 * cap)),
-                replace(self.config.provider, timeout_seconds=self.config.summary_timeout_seconds),
+                replace(writer_profile, max_output_tokens=min(writer_profile.max_output_tokens, 2 * cap)),
+                replace(writer.provider, timeout_seconds=self.config.compaction.summary_timeout_seconds),
                 purpose="summary",
+                model_name=writer.name,
             )
             summarizer = self._summarizers[key] = ModelSummarizer(model)
         return summarizer
+
+    def start(self) -> None:
+        """Start connecting to the MCP servers (from inside the event loop turns will run on)."""
+        if self.mcp is not None:
+            self.mcp.start()
+
+    async def aclose(self) -> None:
+        """Disconnect the MCP servers (their processes and sessions end)."""
+        if self.mcp is not None:
+            await self.mcp.aclose()
+
+    async def mcp_servers(self) -> list[McpServerInfo]:
+        return await self.mcp.listing() if self.mcp is not None else []
+
+    async def decide(self, turn_id: int, call_id: str, allow: bool) -> bool:
+        return self.approvals.decide(turn_id, call_id, allow)
 
     async def checkpoint_count(self) -> int:
         """Checkpoints held for any thread (zero whenever no turn is running)."""
         return len([c async for c in self.checkpointer.alist(None)])
 
-    async def run(
-        self, request: TurnRequest, cancel: asyncio.Event | None = None
-    ) -> AsyncIterator[TurnEvent]:
-        """The turn's events; setting `cancel` stops it (partial output kept, `turn.cancelled`)."""
-        profile = self.profile(request.model)
-        telemetry = TurnTelemetry(request, profile, default_model=self.config.model)
+    def run(self, request: TurnRequest, cancel: asyncio.Event | None = None) -> AsyncIterator[TurnEvent]:
+        """The turn's events, produced as the caller iterates them; setting `cancel` stops the
+        turn (partial output kept, `turn.cancelled`), and so does `aclose()`. A turn naming a
+        model that is not configured fails with `unknown_model`."""
+        model = request.model or self.config.model
+        if self.config.choice(model) is None:
+            return _unknown_model(model, sorted(self.config.models))
+        profile = self.profile(model)
+        budget = budget_for(profile)  # once per turn; everything below is handed it
         setup = TurnSetup(
             profile=profile,
+            budget=budget,
+            counter=TokenCounter.for_profile(profile),
             graphs=self.graph,
             checkpointer=self.checkpointer,
             guard_factory=self._guard_factory,
             tools=self.tools,
+            mcp=self.mcp,
             tool_call_limit=self.config.tool_call_limit,
             truncation_retries=self.config.truncation_retries,
             system_prompt=request.system_prompt or self.config.system_prompt,
             services=self._host.services(request),
-            summarizer=self.summarizer(profile),
-            summary_timeout_seconds=self.config.summary_timeout_seconds,
-            compaction_heartbeat_seconds=self.config.compaction_heartbeat_seconds,
+            summarizer=self.summarizer(profile, budget),
+            compaction=self.config.compaction,
         )
-        queue: asyncio.Queue[TurnEvent | None] = asyncio.Queue()
-        execution = TurnExecution(
-            setup, request, cancel or asyncio.Event(), telemetry.watch(queue.put_nowait)
+        execution = TurnExecution(setup, request, cancel or asyncio.Event())
+        telemetry = TurnTelemetry(request, profile, budget, default_model=self.config.model)
+        events = self.approvals.serving(request.turn_id, execution.approvals, execution.events())
+        return telemetry.observe_turn(events)
+
+    async def compact_ahead(
+        self, request: AheadRequest, on_status: CompactionStatusSink
+    ) -> ContextCompactionEvent | None:
+        """Compaction ahead of time (between turns, no reply): the view the next turn would
+        start from goes through the same guard stages and the same compactor as a turn's first
+        model call, against the profile's pre-trigger instead of the trigger. Returns the final
+        status: `completed` carries the checkpoint chain exactly as an in-turn compaction
+        reports it (the finished turn's own entries kept as they are), `fallback` its reason;
+        None when the next request is below the pre-trigger. Package mode only (a service-mode
+        host reads history per turn): elsewhere None, and turns compact inline as before."""
+        if not isinstance(self._host, FixedHost):
+            return None
+        profile = self.profile(request.model)
+        if not profile.compaction_enabled:
+            return None
+        derived = budget_for(profile)
+        budget = replace(derived, keep=derived.ahead_keep)
+        services = self._host.fixed
+        system_prompt = request.system_prompt or self.config.system_prompt
+        messages = ahead_messages(request.history, system_prompt, request.instructions)
+        # The next turn's built-in tools, decided on the view like every model call's.
+        offered = AttemptTools(self.tools, can_browse_history=services.originals is not None)
+        final: list[ContextCompactionEvent] = []
+
+        def emit(event: TurnEvent) -> None:
+            if isinstance(event, ContextCompactionEvent):
+                if event.record.status in FINAL_STATUSES:
+                    final.append(event)
+                on_status(event)
+
+        guard = build_ahead_guard(
+            GuardContext(
+                profile=profile,
+                budget=budget,
+                counter=TokenCounter.for_profile(profile),
+                conversation_id=request.conversation_id,
+                turn_id=request.turn_id,
+                tools=offered.offer,
+                emit=emit,
+                attachments=services.attachments,
+                summarizer=self.summarizer(profile, budget),
+                compaction=self.config.compaction,
+                assistant_message_id=request.assistant_message_id,
+            ),
+            frozenset(request.own_ids),
         )
-        task = asyncio.create_task(telemetry.run(execution.execute()))
-        task.add_done_callback(lambda _: queue.put_nowait(None))
-        try:
-            while (event := await queue.get()) is not None:
-                yield event
-                if event.type in TERMINAL_EVENT_TYPES:
-                    return
-            task.result()
-            raise RuntimeError("the turn ended without a terminal event")
-        finally:
-            if not task.done():
-                # The caller stopped listening: stop the turn; its threads are deleted on the way out.
-                task.cancel()
-                await asyncio.wait({task})
+        if await guard.compact_ahead(messages) is None or not final:
+            return None
+        count_compaction(instruments.profile_label(profile.name, self.config.model), final[-1].record)
+        return final[-1]
+
+
+async def _unknown_model(model: str, known: list[str]) -> AsyncIterator[TurnEvent]:
+    yield TurnStarted(model=model, profile=model)
+    yield TurnFailed(
+        code=UNKNOWN_MODEL,
+        message=f"The model {model!r} is not configured here; configured models: {', '.join(known)}.",
+        result=TurnResult(value="", termination_reason="internal_error"),
+    )

@@ -11,6 +11,16 @@ from backend.db import create_engine
 from backend.models import Base
 
 target_metadata = Base.metadata
+# The message search index (migration 0010) is kept by the database itself, through triggers
+# on SQLite and a trigram index on PostgreSQL; no model declares it.
+SEARCH_INDEX_TABLE = "message_search"
+SEARCH_INDEX = "ix_messages_search_trgm"
+
+
+def _include_name(name: str | None, type_: str, parent_names: object) -> bool:
+    if type_ == "table" and name is not None:
+        return name != SEARCH_INDEX_TABLE and not name.startswith(f"{SEARCH_INDEX_TABLE}_")
+    return not (type_ == "index" and name == SEARCH_INDEX)
 
 
 def _run(connection: Connection) -> None:
@@ -19,6 +29,7 @@ def _run(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_name=_include_name,
     )
     with context.begin_transaction():
         context.run_migrations()
@@ -27,6 +38,11 @@ def _run(connection: Connection) -> None:
 async def _run_async() -> None:
     engine = create_engine(context.config.get_main_option("sqlalchemy.url") or "")
     async with engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            # Batch migrations rebuild a table (copy, drop, rename); with foreign keys enforced
+            # the drop would cascade and empty every table that references it. Outside a
+            # transaction, as SQLite requires for this pragma.
+            await connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
         await connection.run_sync(_run)
         await connection.commit()
     await engine.dispose()

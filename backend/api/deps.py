@@ -10,15 +10,21 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from backend.api.errors import ApiError
 from backend.context import AppContext
-from backend.models import Session, User
-from backend.services import auth
+from backend.local_model.supervisor import LocalModelServer
+from backend.models import ApiToken, Session, User
+from backend.services.errors import Forbidden, Unauthenticated
+from backend.services.records import auth
 
 SESSION_COOKIE = "chat_shell_session"
 CSRF_COOKIE = "chat_shell_csrf"
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def local_model_of(request: Request) -> LocalModelServer | None:
+    """The app's local model server, when it runs one."""
+    return getattr(request.app.state, "local_model", None)
 
 
 def app_context(request: Request) -> AppContext:
@@ -39,6 +45,7 @@ Ctx = Annotated[AppContext, Depends(app_context)]
 class Principal:
     user: User
     session: Session | None  # None when authenticated by bearer token
+    token: ApiToken | None = None  # the bearer token, when authenticated by one
 
 
 async def current_principal(request: Request) -> Principal:
@@ -52,21 +59,21 @@ async def _authenticate(request: Request, db: AsyncSession) -> Principal:
     if authorization:
         scheme, _, secret = authorization.partition(" ")
         if scheme.lower() != "bearer" or not secret:
-            raise ApiError(401, "unauthorized", "use 'Authorization: Bearer <token>'")
-        user = await auth.token_user(db, secret.strip())
-        if user is None:
-            raise ApiError(401, "invalid_token", "the API token is unknown, expired or revoked")
-        return Principal(user, None)
+            raise Unauthenticated("unauthorized", "use 'Authorization: Bearer <token>'")
+        found = await auth.token_user(db, secret.strip())
+        if found is None:
+            raise Unauthenticated("invalid_token", "the API token is unknown, expired or revoked")
+        return Principal(found[0], None, found[1])
     cookie = request.cookies.get(SESSION_COOKIE)
     found = await auth.session_user(db, cookie) if cookie else None
     if found is None:
-        raise ApiError(401, "unauthorized", "log in or send an API token")
+        raise Unauthenticated("unauthorized", "log in or send an API token")
     user, session = found
     # Browser requests that change state must echo the session's CSRF token (double submit).
     if request.method not in SAFE_METHODS:
         sent = request.headers.get(CSRF_HEADER, "")
         if not hmac.compare_digest(sent.encode(), session.csrf_token.encode()):
-            raise ApiError(403, "csrf_failed", f"missing or wrong {CSRF_HEADER} header")
+            raise Forbidden("csrf_failed", f"missing or wrong {CSRF_HEADER} header")
     return Principal(user, session)
 
 
@@ -76,7 +83,7 @@ async def current_user(principal: Annotated[Principal, Depends(current_principal
 
 async def current_operator(user: Annotated[User, Depends(current_user)]) -> User:
     if not user.is_operator:
-        raise ApiError(403, "operator_only", "this page is for operator accounts")
+        raise Forbidden("operator_only", "this page is for operator accounts")
     return user
 
 

@@ -1,4 +1,8 @@
-"""JSON errors with a stable `code` (SPEC 6.1): every failure a client sees has this shape."""
+"""JSON errors with a stable `code` (SPEC 6.1): every failure a client sees has this shape.
+
+The one place where the services' domain errors (`backend.services.errors`) become HTTP
+statuses; FastAPI's own errors and database faults get the same JSON shape here.
+"""
 
 from __future__ import annotations
 
@@ -11,23 +15,40 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from backend.api.web_security import SECURITY_HEADERS
+from backend.services.errors import (
+    Conflict,
+    Corrupt,
+    DomainError,
+    Forbidden,
+    Invalid,
+    Malformed,
+    NotFound,
+    RateLimited,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+    UnsupportedMedia,
+)
+
 log = logging.getLogger(__name__)
 
 
-class ApiError(Exception):
-    """An error a client can act on. Raised by services and routes; rendered as JSON."""
-
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = headers
-
-
-def not_found(what: str) -> ApiError:
-    # Other users' objects answer exactly like missing ones (SPEC 6.5).
-    return ApiError(404, "not_found", f"{what} not found")
+# Each kind of domain error and its status; a subclass answers as its nearest listed kind.
+_STATUS: dict[type[DomainError], int] = {
+    Malformed: 400,
+    Unauthenticated: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+    TooLarge: 413,
+    UnsupportedMedia: 415,
+    Invalid: 422,
+    RateLimited: 429,
+    Corrupt: 500,
+    Unavailable: 503,
+    DomainError: 400,
+}
 
 
 _HTTP_CODES = {
@@ -45,14 +66,19 @@ _HTTP_CODES = {
 }
 
 
+def status_of(error: DomainError) -> int:
+    return next(_STATUS[kind] for kind in type(error).__mro__ if kind in _STATUS)
+
+
 def error_body(code: str, message: str, **extra: object) -> dict[str, object]:
     return {"code": code, "message": message, **extra}
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status, headers=exc.headers)
+    @app.exception_handler(DomainError)
+    async def _domain_error(_: Request, exc: DomainError) -> JSONResponse:
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+        return JSONResponse(error_body(exc.code, exc.message), status_code=status_of(exc), headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -87,4 +113,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
-        return JSONResponse(error_body("internal_error", "internal server error"), status_code=500)
+        # Answered outside the middleware stack, so the security headers are added here.
+        return JSONResponse(
+            error_body("internal_error", "internal server error"), status_code=500, headers=SECURITY_HEADERS
+        )

@@ -7,6 +7,8 @@ import json
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from backend.services.decimals import ascii_decimal
+
 
 class BodySizeLimit:
     """Answers 413 with a JSON error when a body exceeds `max_bytes` (declared or streamed).
@@ -24,9 +26,14 @@ class BodySizeLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._reject(send)
-            return
+        if declared is not None:
+            length = ascii_decimal(declared.decode("latin-1"))
+            if length is None:
+                await _answer(send, 400, "bad_request", "Content-Length must be a decimal byte count")
+                return
+            if length > self.max_bytes:
+                await self._reject(send)
+                return
         received = 0
         response_started = False
 
@@ -51,20 +58,23 @@ class BodySizeLimit:
                 await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
-        body = json.dumps(
-            {"code": "request_too_large", "message": f"request body is larger than {self.max_bytes} bytes"}
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await _answer(send, 413, "request_too_large", f"request body is larger than {self.max_bytes} bytes")
+
+
+async def _answer(send: Send, status: int, code: str, message: str) -> None:
+    """An error in the API's JSON shape, sent before the app sees the request."""
+    body = json.dumps({"code": code, "message": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 class _TooLarge(HTTPException):

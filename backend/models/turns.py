@@ -65,6 +65,8 @@ class Turn(Base):
     # heartbeating was left behind by a crash and becomes `interrupted`.
     runner_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # A stop, stored before it is acknowledged; the runner sees it through the broker or polls it.
+    stop_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # Set once the event rows were pruned; replay is then synthesized from the stored message.
     events_pruned_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # Per-turn figures for operators' dashboards, aggregated in SQL.
@@ -78,6 +80,9 @@ class Turn(Base):
     ttft_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     overflow_errors: Mapped[int] = mapped_column(Integer, default=0)
     refused: Mapped[bool] = mapped_column(default=False)
+    # The model requests of the turn as sent (`backend.services.records.model_requests`); kept
+    # for the conversation's latest turn only.
+    model_requests: Mapped[dict[str, Any] | None] = mapped_column(JsonDoc, nullable=True)
 
 
 class TurnEvent(Base):

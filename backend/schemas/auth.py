@@ -14,6 +14,21 @@ class Credentials(BaseModel):
     password: str = Field(min_length=1, max_length=256)
 
 
+class Registration(Credentials):
+    invite_code: str | None = Field(default=None, max_length=100)
+
+
+class InviteOut(BaseModel):
+    code: str = Field(description="Give it to the person who may register; shown once.")
+    expires_at: datetime
+
+
+class InviteCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    days: int | None = Field(default=None, ge=1, le=365)
+
+
 class UserOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -28,11 +43,20 @@ class LoginOut(BaseModel):
     csrf_token: str
 
 
+class PasswordChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    current_password: str = Field(min_length=1, max_length=256)
+    new_password: str = Field(min_length=1, max_length=256)
+
+
 class TokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=100)
-    expires_in_days: int | None = Field(default=None, ge=1, le=3650)
+    expires_in_days: int | None = Field(
+        default=None, ge=1, le=3650, description="default: the server's CHAT_SHELL_TOKEN_DAYS (90)"
+    )
 
 
 class TokenOut(BaseModel):
@@ -49,3 +73,18 @@ class TokenOut(BaseModel):
 
 class TokenCreated(TokenOut):
     token: str = Field(description="The secret; shown once.")
+
+
+class SessionOut(BaseModel):
+    """A live browser session of the account (the cookie itself is never shown)."""
+
+    id: int
+    created_at: datetime
+    last_seen_at: datetime | None
+    expires_at: datetime
+    user_agent: str | None
+    current: bool = Field(description="the session this request came from")
+
+
+class SessionsEnded(BaseModel):
+    ended: int

@@ -15,7 +15,10 @@ class ModelContext(BaseModel):
     conversation_id: int
     view: Literal["model"] = "model"
     model: str
-    system_prompt: str | None
+    # The operator's system prompt is the operator's: users see only its size in tokens.
+    system_prompt_tokens: int
+    # The conversation's own instructions (sent after the operator's prompt).
+    instructions: str | None
     # The assistant message whose compaction checkpoint opens `history` (None: no compaction).
     checkpoint_message_id: int | None
     history: list[ChainMessage]

@@ -1,18 +1,16 @@
 """Guidance for one attempt, appended to the model input only.
 
 It never enters graph state, so it is never summarized, checkpointed or persisted in the chain;
-it runs after the guard, so a compaction in the retry cannot trim it away.
+it runs after the guard, so a compaction in the retry cannot trim it away. The guard counts it
+in the request it budgets (`GuardContext.guidance`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.messages import HumanMessage
-
 from chat_shell.guard.composition import model_input
-
-GUIDANCE_ID = "attempt-guidance"
+from chat_shell.guard.protocol import guidance_message
 
 
 def truncation_guidance(attempt: int, limit: int) -> str:
@@ -42,5 +40,5 @@ class AttemptGuidance:
     def __call__(self, state: dict[str, Any]) -> dict[str, Any]:
         if not self._pending:
             return {}
-        guidance, self._pending = HumanMessage(content=self._pending, id=GUIDANCE_ID), None
+        guidance, self._pending = guidance_message(self._pending), None
         return {"llm_input_messages": [*model_input(state), guidance]}

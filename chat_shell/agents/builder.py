@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -32,8 +32,10 @@ from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE, ToolC
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from chat_shell.contracts import ToolStarted
-from chat_shell.tools.registry import ToolSet, tool_error_message
+from chat_shell.contracts import ApprovalDecided, ApprovalRequested, ToolStarted
+from chat_shell.tools.approvals import TurnApprovals, denied_message
+from chat_shell.tools.mcp import server_of
+from chat_shell.tools.registry import AttemptTools, tool_error_message
 from chat_shell.tools.turn_tools import TurnTools
 
 # LangGraph's own reply when the step budget runs out while the model still wants tools.
@@ -53,10 +55,13 @@ class AttemptRuntime:
     hook: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
     conversation_id: int
     owner_id: int
-    # The tools bound to the model in this attempt, and the turn's built-in tool state
-    # (shared by its attempts, so per-turn call limits hold across retries).
-    tools: ToolSet
+    # The tools bound to the model (decided by the guard before each call; the turn's MCP tools
+    # among them), and the turn's built-in tool state (shared by its attempts, so per-turn call
+    # limits hold across retries).
+    tools: AttemptTools
     turn_tools: TurnTools
+    # The turn's "ask first" marks and the calls waiting for the user's decision.
+    approvals: TurnApprovals = field(default_factory=TurnApprovals)
 
 
 def recursion_limit(tool_rounds: int) -> int:
@@ -116,33 +121,57 @@ def _check_model_reply(state: dict[str, Any], runtime: Runtime[AttemptRuntime]) 
     return {"messages": repaired}
 
 
+def text_result(result: ToolMessage | Command) -> ToolMessage | Command:
+    """A result made only of text parts (what MCP tools return) is one text, so the user's
+    block, the guard's count and the compact form all see the text itself, not its JSON."""
+    content = result.content if isinstance(result, ToolMessage) else None
+    if not isinstance(content, list) or not content:
+        return result
+    if not all(isinstance(part, dict) and part.get("type") == "text" for part in content):
+        return result
+    return result.model_copy(update={"content": "\n".join(str(part.get("text", "")) for part in content)})
+
+
 async def _announce_tool_call(
     request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command]]
 ) -> ToolMessage | Command:
     call = request.tool_call
-    offered = request.runtime.context.tools.names
-    if call["name"] not in offered:
-        # Registered but not offered this attempt: answered like a tool that does not exist.
+    # The tools bound to the model call that asked for this one.
+    offered = request.runtime.context.tools.current
+    tool = offered.by_name.get(call["name"])
+    if tool is None:
+        # Registered but not offered in that call: answered like a tool that does not exist.
         return ToolMessage(
             INVALID_TOOL_NAME_ERROR_TEMPLATE.format(
-                requested_tool=call["name"], available_tools=", ".join(offered)
+                requested_tool=call["name"], available_tools=", ".join(offered.names)
             ),
             name=call["name"],
             tool_call_id=call["id"] or "",
             status="error",
         )
     # Through the graph's own stream, so the event stays in order with the model's tokens.
-    request.runtime.stream_writer(ToolStarted(call_id=call["id"] or "", name=call["name"], args=call["args"]))
-    return await execute(request)
+    write, call_id, server = request.runtime.stream_writer, call["id"] or "", server_of(tool)
+    write(ToolStarted(call_id=call_id, name=call["name"], args=call["args"], server=server))
+    approvals = request.runtime.context.approvals
+    if approvals.asks(tool):
+        write(ApprovalRequested(call_id=call_id, name=call["name"], args=call["args"], server=server))
+        allowed = await approvals.wait(call_id)
+        write(ApprovalDecided(call_id=call_id, allowed=allowed))
+        if not allowed:
+            return ToolMessage(
+                denied_message(call["name"]), name=call["name"], tool_call_id=call_id, status="error"
+            )
+    # The turn's MCP tools are not in the tool node (they come and go with their servers).
+    return text_result(await execute(request if request.tool is not None else request.override(tool=tool)))
 
 
 def _offered_model(model: BaseChatModel, *, answer_only: bool) -> Callable[..., Runnable[Any, BaseMessage]]:
     """The model node's model for an attempt: bound to the attempt's tool set (cached per set)."""
-    bound: dict[tuple[str, ...], Runnable[Any, BaseMessage]] = {}
+    bound: dict[tuple[tuple[str, ...], str], Runnable[Any, BaseMessage]] = {}
 
     def select(state: dict[str, Any], runtime: Runtime[AttemptRuntime]) -> Runnable[Any, BaseMessage]:
-        offered = runtime.context.tools
-        found = bound.get(offered.names)
+        offered = runtime.context.tools.current
+        found = bound.get(offered.key)
         if found is None:
             if not offered.tools:
                 found = model
@@ -150,7 +179,7 @@ def _offered_model(model: BaseChatModel, *, answer_only: bool) -> Callable[..., 
                 found = model.bind_tools(list(offered.tools), tool_choice="none")
             else:
                 found = model.bind_tools(list(offered.tools))
-            bound[offered.names] = found
+            bound[offered.key] = found
         return found
 
     return select

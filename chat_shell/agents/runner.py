@@ -9,9 +9,10 @@ through the one finalizer, and the caller gets exactly one terminal event.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage
@@ -20,6 +21,8 @@ from langgraph.config import get_stream_writer
 from langgraph.errors import GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 
+from chat_shell.accounting.budget import Budget
+from chat_shell.accounting.token_counter import TokenCounter
 from chat_shell.agents.attempt_guidance import AttemptGuidance
 from chat_shell.agents.attempts import (
     AttemptOutcome,
@@ -29,21 +32,19 @@ from chat_shell.agents.attempts import (
     refuse_repeated_overflow,
 )
 from chat_shell.agents.builder import AttemptRuntime, ToolCallTruncated, recursion_limit
+from chat_shell.agents.cancel_watch import CancelWatch
+from chat_shell.agents.endings import terminal_event, termination_reason
 from chat_shell.agents.finalizer import (
     finalize_turn,
-    has_unexecuted_tool_calls,
     is_step_limit_reply,
     without_step_limit_reply,
 )
+from chat_shell.agents.graph_events import GraphEvents
 from chat_shell.agents.serializer import serialize_chain
-from chat_shell.agents.transcript import TurnTranscript
 from chat_shell.agents.turn_context import TurnContext
-from chat_shell.compression.budget import budget_for
 from chat_shell.contracts import (
     ChainMessage,
-    TerminationReason,
-    TurnCancelled,
-    TurnCompleted,
+    ModelRequest,
     TurnEvent,
     TurnFailed,
     TurnRequest,
@@ -51,27 +52,24 @@ from chat_shell.contracts import (
     TurnStarted,
 )
 from chat_shell.guard.composition import chain_pre_model_hooks
-from chat_shell.guard.protocol import (
-    COMPACTION_HEARTBEAT_SECONDS,
-    SUMMARY_TIMEOUT_SECONDS,
-    ContextRefused,
-    GuardContext,
-    GuardFactory,
-    Summarizer,
-    TurnGuard,
-)
+from chat_shell.guard.protocol import ContextRefused, GuardContext, GuardFactory, Summarizer, TurnGuard
+from chat_shell.guard.request_record import describe_request
+from chat_shell.guard.stages.summary_compaction.settings import CompactionSettings
 from chat_shell.host import TurnServices
 from chat_shell.messages.convert import initial_messages
-from chat_shell.messages.markers import is_summary, markers
+from chat_shell.messages.markers import is_summary
 from chat_shell.messages.tool_pairs import sanitize_tool_pairs, tool_pair_count
 from chat_shell.providers.errors import classify_provider_error
 from chat_shell.providers.profiles import ModelProfile
-from chat_shell.tools.registry import ToolRegistry, TurnFacts
+from chat_shell.tools.approvals import TurnApprovals
+from chat_shell.tools.mcp import McpToolbox
+from chat_shell.tools.registry import AttemptTools, ToolRegistry, ToolSet
 from chat_shell.tools.turn_tools import TurnTools
 
 logger = logging.getLogger("chat_shell.runtime")
 
 STREAM_MODES = ["messages", "updates", "custom"]
+Hook = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class GraphSource(Protocol):
@@ -83,19 +81,23 @@ class TurnSetup:
     """What the runtime hands each turn (shared, read-only)."""
 
     profile: ModelProfile
+    # The turn's budget and token counter (made once per turn, handed to guards and tools).
+    budget: Budget
+    counter: TokenCounter
     graphs: GraphSource
     checkpointer: BaseCheckpointSaver
     guard_factory: GuardFactory
     tools: ToolRegistry
+    # The MCP servers (None: none configured); each turn uses those its conversation enabled.
+    mcp: McpToolbox | None
     tool_call_limit: int
     truncation_retries: int
     system_prompt: str | None
     # What the host serves this turn (history, attachments, the user-visible record).
     services: TurnServices
-    # Summary compaction's model call (None: the guard has no summary stage).
+    # Summary compaction's model call (None: the guard has no summary stage), and its settings.
     summarizer: Summarizer | None = None
-    summary_timeout_seconds: float = SUMMARY_TIMEOUT_SECONDS
-    compaction_heartbeat_seconds: float = COMPACTION_HEARTBEAT_SECONDS
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)
 
 
 class _HistoryUnavailable(Exception):
@@ -103,69 +105,62 @@ class _HistoryUnavailable(Exception):
 
 
 class TurnExecution:
-    def __init__(
-        self,
-        setup: TurnSetup,
-        request: TurnRequest,
-        cancel: asyncio.Event,
-        emit: Callable[[TurnEvent], None],
-    ) -> None:
+    """One turn. `events()` is the turn itself: an async generator over the graph streams of its
+    attempts, iterated by the caller's task, so nothing runs between the graph and the caller."""
+
+    def __init__(self, setup: TurnSetup, request: TurnRequest, cancel: asyncio.Event) -> None:
         self.setup = setup
         self.request = request
         self.cancel = cancel
-        self._emit = emit
-        self.transcript = TurnTranscript()
-        self.tools = TurnTools.for_turn(request, setup.profile, setup.services)
+        self.graph_events = GraphEvents()
+        self.tools = TurnTools.for_turn(request, setup.budget, setup.counter.text, setup.services)
         self.guards: list[TurnGuard] = []
+        # The turn's MCP tools, fixed at its start for all its attempts.
+        self.mcp_tools: ToolSet | None = None
+        self.approvals = TurnApprovals(request.ask_first)
+        self.requests: list[ModelRequest] = []
         self._overflows = 0
         self._terminated = False
-
-    # -- events ----------------------------------------------------------------------------
-
-    def emit(self, event: TurnEvent) -> None:
-        if self._terminated:
-            raise RuntimeError(f"event {event.type} after the terminal event")
-        self._emit(event)
-
-    def emit_from_graph(self, event: TurnEvent) -> None:
-        """The guard's sink: inside a graph node the event joins the graph's ordered stream."""
-        try:
-            writer = get_stream_writer()
-        except RuntimeError:
-            self.emit(event)
-            return
-        writer(event)
+        self._outcome: AttemptOutcome | None = None
 
     # -- the turn --------------------------------------------------------------------------
 
-    async def execute(self) -> None:
+    async def events(self) -> AsyncIterator[TurnEvent]:
+        """`turn.started` first, exactly one terminal event last; setting `cancel` ends the turn
+        with `turn.cancelled`. A caller that stops iterating (`aclose`) stops the turn."""
         try:
-            await self._execute()
+            profile = self.setup.profile
+            yield TurnStarted(model=profile.name, profile=profile.name)
+            if self.setup.mcp is not None:
+                self.mcp_tools = await self.setup.mcp.offer(self.request.mcp_servers)
+            try:
+                history = await self._history()
+            except _HistoryUnavailable as exc:
+                for event in self._fail_without_chain("history_unavailable", str(exc)):
+                    yield event
+                return
+            turn, messages = TurnContext.start(
+                self.request.turn_id, initial_messages(self.request, history, self.setup.system_prompt)
+            )
+            plan: AttemptPlan | None = AttemptPlan.first(messages)
+            while plan is not None:
+                async with contextlib.aclosing(self._attempt(plan, turn)) as attempt:
+                    async for event in attempt:
+                        yield event
+                assert self._outcome is not None
+                plan = next_attempt(self._outcome, max_truncation_retries=self.setup.truncation_retries)
+            outcome = refuse_repeated_overflow(
+                self._outcome, model=profile.name, available_tokens=self.setup.budget.available_input
+            )
+            for event in self._finish(outcome, turn):
+                yield event
         except Exception:
             logger.exception("turn %s failed inside chat_shell", self.request.turn_id)
             if not self._terminated:
-                self._fail_without_chain("internal_error", "The turn failed because of an internal error.")
-
-    async def _execute(self) -> None:
-        profile = self.setup.profile
-        self.emit(TurnStarted(model=profile.name, profile=profile.name))
-        try:
-            history = await self._history()
-        except _HistoryUnavailable as exc:
-            self._fail_without_chain("history_unavailable", str(exc))
-            return
-        turn, messages = TurnContext.start(
-            self.request.turn_id, initial_messages(self.request, history, self.setup.system_prompt)
-        )
-        outcome = await self._attempt(AttemptPlan.first(messages), turn)
-        while (
-            plan := next_attempt(outcome, max_truncation_retries=self.setup.truncation_retries)
-        ) is not None:
-            outcome = await self._attempt(plan, turn)
-        outcome = refuse_repeated_overflow(
-            outcome, model=profile.name, available_tokens=budget_for(profile).available_input
-        )
-        self._finish(outcome, turn)
+                for event in self._fail_without_chain(
+                    "internal_error", "The turn failed because of an internal error."
+                ):
+                    yield event
 
     async def _history(self) -> list[ChainMessage]:
         if self.request.history is not None:
@@ -181,30 +176,30 @@ class TurnExecution:
 
     # -- one attempt -----------------------------------------------------------------------
 
-    async def _attempt(self, plan: AttemptPlan, turn: TurnContext) -> AttemptOutcome:
+    async def _attempt(self, plan: AttemptPlan, turn: TurnContext) -> AsyncIterator[TurnEvent]:
+        """The attempt's events; its outcome is left in `_outcome`."""
         setup = self.setup
-        # Decided per attempt: a retry after a compaction may start from a checkpoint.
-        offered = setup.tools.offered(
-            TurnFacts(
-                has_checkpoint=any(is_summary(message) for message in plan.seed),
-                can_browse_history=self.tools.history is not None,
-                has_attachments=any(markers(message).attachment_ids for message in plan.seed),
-            )
+        # Decided again before each model call, on the view the guard sends; the MCP tools are
+        # the turn's.
+        offered = AttemptTools(
+            setup.tools, can_browse_history=self.tools.history is not None, mcp=self.mcp_tools
         )
         guard = setup.guard_factory(
             GuardContext(
                 profile=setup.profile,
+                budget=setup.budget,
+                counter=setup.counter,
                 conversation_id=self.request.conversation_id,
                 turn_id=self.request.turn_id,
-                tool_schemas=offered.schemas,
-                emit=self.emit_from_graph,
+                tools=offered.offer,
+                emit=_emit_from_graph,
                 original_input_ids=turn.original_input_ids,
                 attachments=setup.services.attachments,
                 force_compaction=plan.force_compaction,
                 summarizer=setup.summarizer,
-                summary_timeout_seconds=setup.summary_timeout_seconds,
-                compaction_heartbeat_seconds=setup.compaction_heartbeat_seconds,
+                compaction=setup.compaction,
                 assistant_message_id=self.request.assistant_message_id,
+                guidance=plan.guidance,
             )
         )
         self.guards.append(guard)
@@ -215,37 +210,72 @@ class TurnExecution:
             "recursion_limit": recursion_limit(setup.tool_call_limit),
         }
         context = AttemptRuntime(
-            hook=chain_pre_model_hooks(guard, AttemptGuidance(plan.guidance)),
+            hook=self._recorded(chain_pre_model_hooks(guard, AttemptGuidance(plan.guidance)), plan, offered),
             conversation_id=self.request.conversation_id,
             owner_id=self.request.owner_id,
             tools=offered,
             turn_tools=self.tools,
+            approvals=self.approvals,
         )
         ending: Ending | None = None
         failure = None
         refusal = None
         # How the persistence line names an attempt that ends without an outcome.
         interrupted = "internal_error"
+        watch = CancelWatch(self.cancel)
+        handle = self.graph_events.handle
         try:
-            ending = await self._run_graph(graph, plan.seed, config, context)
-        except asyncio.CancelledError:
+            with watch:
+                stream = graph.astream(
+                    {"messages": plan.seed},
+                    config,
+                    context=context,
+                    stream_mode=STREAM_MODES,
+                    durability="exit",
+                )
+                finished = False
+                async with contextlib.aclosing(stream):
+                    while not watch.requested:
+                        try:
+                            mode, data = await watch.next(stream)
+                        except StopAsyncIteration:
+                            finished = True
+                            break
+                        for event in handle(mode, data):
+                            yield event
+            # A stop that the graph swallowed still stopped it.
+            ending = "completed" if finished and not watch.stopped() else "cancelled"
+        except GeneratorExit:
             interrupted = "abandoned"  # the caller stopped listening
             raise
-        except GraphRecursionError:
-            ending = "step_limit"
-        except ToolCallTruncated:
-            ending = "truncated"
-        except ContextRefused as exc:
-            ending, refusal = "refused", exc
-        except Exception as exc:
-            failure = classify_provider_error(exc)
-            if failure is None:
+        except BaseException as exc:
+            # A stopped read can surface as an httpx timeout (anyio turns the cancellation inside
+            # its deadline scope into TimeoutError), so what the watch stopped is cancelled
+            # whatever it raised.
+            if watch.stopped():
+                ending = "cancelled"
+            elif isinstance(exc, asyncio.CancelledError):
+                interrupted = "abandoned"  # the caller's task was cancelled
                 raise
-            ending = "provider_error"
-            self._overflows += failure.code == "context_overflow"
-            logger.warning(
-                "turn %s attempt %s: provider failure %s: %r", turn.turn_id, plan.number, failure.code, exc
-            )
+            elif isinstance(exc, GraphRecursionError):
+                ending = "step_limit"
+            elif isinstance(exc, ToolCallTruncated):
+                ending = "truncated"
+            elif isinstance(exc, ContextRefused):
+                ending, refusal = "refused", exc
+            elif isinstance(exc, Exception) and (failure := classify_provider_error(exc)) is not None:
+                ending = "provider_error"
+                failure = failure.of_model(setup.profile.name)
+                self._overflows += failure.code == "context_overflow"
+                logger.warning(
+                    "turn %s attempt %s: provider failure %s: %r",
+                    turn.turn_id,
+                    plan.number,
+                    failure.code,
+                    exc,
+                )
+            else:
+                raise
         finally:
             messages, pending = await self._close_thread(graph, config, plan, turn, ending or interrupted)
         if ending == "step_limit" and not pending and not _ends_waiting_for_tools(messages):
@@ -253,49 +283,21 @@ class TurnExecution:
             ending = "completed"
         if ending == "completed" and messages and is_step_limit_reply(messages[-1]):
             ending = "step_limit"
-        return AttemptOutcome(plan, ending, messages, failure, refusal)
+        self._outcome = AttemptOutcome(plan, ending, messages, failure, refusal)
 
-    async def _run_graph(
-        self,
-        graph: CompiledStateGraph,
-        seed: list[BaseMessage],
-        config: dict[str, Any],
-        context: AttemptRuntime,
-    ) -> Ending:
-        """Stream the graph until it ends or the turn is cancelled."""
-        stream_task = asyncio.create_task(self._consume(graph, seed, config, context))
-        cancel_task = asyncio.create_task(self.cancel.wait())
-        stopped = False
-        try:
-            await asyncio.wait({stream_task, cancel_task}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            cancel_task.cancel()
-            if not stream_task.done():
-                stream_task.cancel()
-                stopped = True
-                await asyncio.wait({stream_task})
-        # A cancelled read can surface as an httpx timeout (anyio turns the cancellation inside
-        # its deadline scope into TimeoutError), so what we stopped is cancelled whatever it raised.
-        if stopped or stream_task.cancelled():
-            if not stream_task.cancelled():
-                stream_task.exception()
-            return "cancelled"
-        stream_task.result()
-        return "completed"
+    def _recorded(self, hook: Hook, plan: AttemptPlan, tools: AttemptTools) -> Hook:
+        """`hook`, keeping the request each model call is sent: its output and the tools bound."""
 
-    async def _consume(
-        self,
-        graph: CompiledStateGraph,
-        seed: list[BaseMessage],
-        config: dict[str, Any],
-        context: AttemptRuntime,
-    ) -> None:
-        handle, emit = self.transcript.handle, self.emit
-        async for mode, data in graph.astream(
-            {"messages": seed}, config, context=context, stream_mode=STREAM_MODES, durability="exit"
-        ):
-            for event in handle(mode, data):
-                emit(event)
+        async def record(state: dict[str, Any]) -> dict[str, Any]:
+            update = await hook(state)
+            sent, counter = update["llm_input_messages"], self.setup.counter
+            instructions = self.request.instructions
+            self.requests.append(
+                describe_request(sent, tools.current, counter, attempt=plan.number, instructions=instructions)
+            )
+            return update
+
+        return record
 
     async def _close_thread(
         self,
@@ -350,83 +352,53 @@ class TurnExecution:
 
     # -- endings ---------------------------------------------------------------------------
 
-    def _termination_reason(self, outcome: AttemptOutcome) -> TerminationReason:
-        if outcome.ending == "completed" and has_unexecuted_tool_calls(outcome.messages):
-            # e.g. a provider that ignores tool_choice="none" in the recovery reply
-            return "completed_with_unexecuted_tool_calls"
-        if outcome.plan.reason == "tool_limit_recovery" and outcome.ending in ("completed", "step_limit"):
-            return "tool_limit_recovery"
-        if outcome.ending == "completed":
-            return "normal_completion"
-        reasons: dict[Ending, TerminationReason] = {
-            "truncated": "truncation_retry_exhausted",
-            "refused": "context_refused",
-            "provider_error": "provider_error",
-            "cancelled": "cancelled",
-            "step_limit": "tool_limit_recovery",
-        }
-        return reasons[outcome.ending]
-
-    def _finish(self, outcome: AttemptOutcome, turn: TurnContext) -> None:
-        reason = self._termination_reason(outcome)
+    def _finish(self, outcome: AttemptOutcome, turn: TurnContext) -> list[TurnEvent]:
+        """The settled tool results and the terminal event, through the one finalizer."""
+        reason = termination_reason(outcome)
         final = finalize_turn(outcome.messages, turn, self.guards, reason)
-        for event in self.transcript.settle(final.live_messages):
-            self.emit(event)
-        if outcome.refusal is not None:
-            self.transcript.add_text(outcome.refusal.message)
+        events = self.graph_events.settle(final.live_messages)
         result = TurnResult(
-            value=self.transcript.text,
-            blocks=self.transcript.blocks,
+            value=self.graph_events.text,
+            blocks=self.graph_events.blocks,
             messages_chain=final.messages_chain,
             context_metrics=self.guards[-1].final_metrics(final.live_messages),
             context_compactions=[record for guard in self.guards for record in guard.compactions],
             termination_reason=final.termination_reason,
-            usage=self.transcript.usage,
-            ttft_ms=self.transcript.ttft_ms,
+            usage=self.graph_events.usage,
+            ttft_ms=self.graph_events.ttft_ms,
             overflow_errors=self._overflows,
+            attempts=len(self.guards),
+            requests=self.requests,
         )
-        self._terminate(self._terminal_event(outcome, result))
+        return [*events, self._terminal(terminal_event(outcome, result))]
 
-    def _terminal_event(self, outcome: AttemptOutcome, result: TurnResult) -> TurnEvent:
-        partial = result.value
-        if outcome.ending == "cancelled":
-            return TurnCancelled(partial=partial, result=result)
-        if outcome.refusal is not None:
-            return TurnFailed(
-                code="context_refused", message=outcome.refusal.message, partial=partial, result=result
-            )
-        if outcome.failure is not None:
-            return TurnFailed(
-                code=outcome.failure.code, message=outcome.failure.message, partial=partial, result=result
-            )
-        if outcome.ending == "truncated":
-            return TurnFailed(
-                code="truncation_retry_exhausted",
-                message=(
-                    "The model's tool call was cut off at its output limit on every attempt "
-                    f"({outcome.plan.truncation_retries + 1})."
-                ),
-                partial=partial,
-                result=result,
-            )
-        return TurnCompleted(result=result)
-
-    def _fail_without_chain(self, code: str, message: str) -> None:
-        """A failure before or outside the graph: no chain, the visible text kept."""
-        for event in self.transcript.settle([]):
-            self.emit(event)
+    def _fail_without_chain(self, code: str, message: str) -> list[TurnEvent]:
+        """A failure before or outside the graph: no chain, what the user saw kept."""
+        events = self.graph_events.settle([])
         result = TurnResult(
-            value=self.transcript.text,
-            blocks=self.transcript.blocks,
+            value=self.graph_events.text,
+            blocks=self.graph_events.blocks,
             termination_reason="internal_error",
-            usage=self.transcript.usage,
-            ttft_ms=self.transcript.ttft_ms,
+            usage=self.graph_events.usage,
+            ttft_ms=self.graph_events.ttft_ms,
+            attempts=len(self.guards),
+            requests=self.requests,
         )
-        self._terminate(TurnFailed(code=code, message=message, partial=result.value, result=result))
+        failed = TurnFailed(code=code, message=message, partial=result.value, result=result)
+        return [*events, self._terminal(failed)]
 
-    def _terminate(self, event: TurnEvent) -> None:
-        self.emit(event)
+    def _terminal(self, event: TurnEvent) -> TurnEvent:
+        if self._terminated:
+            raise RuntimeError(f"a second terminal event ({event.type})")
         self._terminated = True
+        self.graph_events.visible.add(event)
+        return event
+
+
+def _emit_from_graph(event: TurnEvent) -> None:
+    """The guard's sink: from inside a graph node the event joins the graph's ordered stream
+    (LangGraph's `custom` mode), in order with the model's tokens and the tool events."""
+    get_stream_writer()(event)
 
 
 def _ends_waiting_for_tools(messages: Sequence[BaseMessage]) -> bool:

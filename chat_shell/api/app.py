@@ -2,23 +2,26 @@
 
 `POST /v1/response` takes a `TurnRequest` and answers an SSE stream of the same `TurnEvent`
 models package mode yields (`event:` = the event type, `data:` = its JSON).
-`POST /v1/response/{turn_id}/cancel` stops a running turn; `GET /healthz` is liveness.
+`POST /v1/response/{turn_id}/cancel` stops a running turn;
+`POST /v1/response/{turn_id}/approvals/{call_id}` (`{"allow": bool}`) decides an "ask first"
+call it waits on (409 when that call is not waiting); `GET /healthz` is liveness.
 Errors are JSON `{"code", "message"}`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Body, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
-from chat_shell.contracts import TurnRequest, TurnRuntime
+from chat_shell.contracts import McpServerInfo, TurnRequest, TurnRuntime
 
 
 class ServiceError(Exception):
@@ -68,12 +71,18 @@ def create_service_app(
         async def events() -> AsyncIterator[ServerSentEvent]:
             running[turn.turn_id] = cancel
             try:
-                async for event in runtime.run(turn, cancel):
-                    yield ServerSentEvent(event=event.type, data=event.model_dump_json())
+                # Closed here, not at garbage collection: a backend that hangs up stops the turn.
+                async with contextlib.aclosing(runtime.run(turn, cancel)) as turn_events:
+                    async for event in turn_events:
+                        yield ServerSentEvent(event=event.type, data=event.model_dump_json())
             finally:
                 running.pop(turn.turn_id, None)
 
         return EventSourceResponse(events())
+
+    @app.get("/v1/mcp/servers", dependencies=[Depends(require_token)])
+    async def mcp_servers() -> list[McpServerInfo]:
+        return await runtime.mcp_servers()
 
     @app.post("/v1/response/{turn_id}/cancel", dependencies=[Depends(require_token)])
     async def cancel_turn(turn_id: int) -> dict[str, bool]:
@@ -82,5 +91,11 @@ def create_service_app(
             raise ServiceError(404, "not_found", f"turn {turn_id} is not running")
         cancel.set()
         return {"cancelled": True}
+
+    @app.post("/v1/response/{turn_id}/approvals/{call_id}", dependencies=[Depends(require_token)])
+    async def decide(turn_id: int, call_id: str, allow: bool = Body(embed=True)) -> dict[str, bool]:
+        if not await runtime.decide(turn_id, call_id, allow):
+            raise ServiceError(409, "no_pending_approval", f"call {call_id} of turn {turn_id} is not waiting")
+        return {"decided": True}
 
     return app

@@ -11,13 +11,35 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 
+from chat_shell.accounting.budget import Budget
+from chat_shell.accounting.token_counter import TokenCounter
 from chat_shell.contracts import AttachmentReader, CompactionRecord, ContextMetrics, TurnEvent
+from chat_shell.guard.stages.summary_compaction.settings import CompactionSettings
 from chat_shell.providers.profiles import ModelProfile
+from chat_shell.tools.registry import ToolSet
 
 # Events the guard emits (metrics, compaction status) go into the turn's ordered stream.
 EventSink = Callable[[TurnEvent], None]
+# The tools offered with a view: the messages the model is about to see in, the tool set bound
+# to that call out (built-in tools by the view's facts, then the turn's MCP tools). Asked before
+# every estimate, so a compaction that puts a summary in view offers the history tools in the
+# same call; the set's schema tokens are counted once per set (`ToolSet.schema_tokens`).
+ToolOffer = Callable[[Sequence[BaseMessage]], ToolSet]
+
+GUIDANCE_ID = "attempt-guidance"
+
+
+def guidance_message(text: str) -> HumanMessage:
+    """The attempt guidance as the model receives it after the view (see attempt_guidance)."""
+    return HumanMessage(content=text, id=GUIDANCE_ID)
+
+
+def fixed_tools(schemas: Sequence[dict[str, Any]] = ()) -> ToolOffer:
+    """The same tool schemas whatever the view holds (a guard run without a runtime's tools)."""
+    held = ToolSet((), tuple(schemas))
+    return lambda _messages: held
 
 
 class Summarizer(Protocol):
@@ -41,32 +63,30 @@ class ContextRefused(Exception):
         self.available_tokens = available_tokens
 
 
-# Defaults of summary compaction: the summarizer call's time limit, and how often an
-# `in_progress` status is emitted while it runs.
-SUMMARY_TIMEOUT_SECONDS = 120.0
-COMPACTION_HEARTBEAT_SECONDS = 5.0
-
-
 @dataclass(frozen=True)
 class GuardContext:
     profile: ModelProfile
+    # The turn's budget (computed once per turn from the profile) and its token counter.
+    budget: Budget
+    counter: TokenCounter
     conversation_id: int
     turn_id: int
-    # OpenAI-style function schemas of the tools bound to the model: counted as input tokens.
-    tool_schemas: Sequence[dict[str, Any]]
+    # The tools bound to each model call, decided on its view: their schemas count as input.
+    tools: ToolOffer
     emit: EventSink
     # Ids of the messages the turn started with (the TurnContext's `original_input_ids`).
     original_input_ids: frozenset[str] = field(default_factory=frozenset)
     attachments: AttachmentReader | None = None
     # Set by the overflow safety net: compact on the next hook call whatever the estimate says.
     force_compaction: bool = False
-    # The model call summary compaction uses (None: no summary stage), its time limit, and how
-    # often an `in_progress` status is emitted while it runs.
+    # The model call summary compaction uses (None: no summary stage), and its settings.
     summarizer: Summarizer | None = None
-    summary_timeout_seconds: float = SUMMARY_TIMEOUT_SECONDS
-    compaction_heartbeat_seconds: float = COMPACTION_HEARTBEAT_SECONDS
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)
     # The assistant message the turn writes: where a checkpoint made in this turn is stored.
     assistant_message_id: int | None = None
+    # The attempt guidance appended after the guard to the attempt's first model call: counted
+    # in that call's request, never part of the view.
+    guidance: str | None = None
 
 
 class TurnGuard(Protocol):

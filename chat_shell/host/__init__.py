@@ -1,8 +1,9 @@
 """What chat_shell asks of its host for one turn: history, attachments, the user-visible record.
 
-Package mode gives the runtime in-process implementations, the same for every turn
-(`FixedHost`). Service mode builds clients of the backend's HTTP API from the access each
-request carries (`chat_shell.host.remote.RemoteHost`). The runtime code is the same either way.
+Package mode gives the runtime in-process readers, the same for every turn (`FixedHost`); its
+requests carry their resolved history. Service mode builds clients of the backend's HTTP API,
+history loader included, from the access each request carries
+(`chat_shell.host.remote.RemoteHost`). The runtime code is the same either way.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from chat_shell.contracts import AttachmentReader, HistoryBrowser, HistoryLoader
 
 @dataclass(frozen=True)
 class TurnServices:
-    # Loads the model-visible history when the request carries none.
+    # Loads the model-visible history when the request carries none (service mode).
     history: HistoryLoader | None = None
     # Attachment text for previews and `read_attachment`.
     attachments: AttachmentReader | None = None

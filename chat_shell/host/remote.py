@@ -9,10 +9,34 @@ from __future__ import annotations
 
 import httpx
 
-from chat_shell.contracts import AttachmentPage, AttachmentRef, OriginalsPage, OriginalText, TurnRequest
-from chat_shell.history.loader import RemoteHistoryLoader
+from chat_shell.contracts import (
+    AttachmentPage,
+    AttachmentRef,
+    ChainMessage,
+    ModelHistory,
+    OriginalsPage,
+    OriginalText,
+    TurnRequest,
+)
 from chat_shell.host import TurnServices
 from chat_shell.host.api import BackendApi, read_pages
+
+
+class RemoteHistoryLoader:
+    """`HistoryLoader` over `GET .../history`: the output of the backend's one history pipeline
+    (SPEC 6.2), from the latest compaction, before a message. The entries carry their markers
+    in `metadata`, so summaries and retained clones are recognized as in package mode."""
+
+    def __init__(self, api: BackendApi) -> None:
+        self._api = api
+
+    async def load(self, conversation_id: int, before_message_id: int) -> list[ChainMessage]:
+        data = await self._api.get(
+            f"/api/conversations/{conversation_id}/history",
+            before_message_id=before_message_id,
+            from_latest_compaction="true",
+        )
+        return ModelHistory.model_validate(data).messages
 
 
 class RemoteHistoryBrowser:

@@ -1,1 +1,1 @@
-"""Message shapes: chain entries, LangChain messages, markers, attachment previews."""
+"""Message shapes: chain entries, LangChain messages, markers, tool-call pairs."""

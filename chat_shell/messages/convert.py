@@ -8,8 +8,8 @@ binary media replaced by a short placeholder, never as Python repr text.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
@@ -18,17 +18,29 @@ from chat_shell.messages.markers import MARKER_KEY, markers
 
 _MEDIA_BLOCK_TYPES = frozenset({"image", "image_url", "input_image", "audio", "input_audio", "file", "video"})
 SYSTEM_PROMPT_ID = "system-prompt"
+# The id of the system message when it carries the conversation's own instructions.
+INSTRUCTIONS_ID = "system-instructions"
+# Between the system prompt and the instructions after it, in that one system message.
+INSTRUCTIONS_SEPARATOR = "\n\n"
 
 
-def user_message_id(message_id: int) -> str:
-    """The stable LangChain id of the user message with this `message_id`."""
-    return f"user-{message_id}"
+def entry_id(role: Literal["user", "assistant"], conversation_id: int, message_id: int) -> str:
+    """The id of the model-visible entry a user-visible message becomes: a user's text (`u…`),
+    or the shown text of a reply that did not complete (`a…`). The same id in the turn that sends
+    the message and in every later history, so token counts and calibration carry over."""
+    return f"{role[0]}{conversation_id}-{message_id}"
 
 
-def _media_placeholder(block: dict[str, Any]) -> dict[str, Any]:
+def media_placeholder(block: Mapping[str, Any]) -> str:
+    """The one stand-in for a media block wherever only text may go (chains, tool outputs, the
+    summarizer's input): its kind and, when known, its MIME type."""
     kind = block.get("type", "media")
     mime = block.get("mime_type") or ""
-    return {"type": "text", "text": f"[{kind}{' ' + mime if mime else ''} omitted]"}
+    url = block.get("image_url")
+    url = url.get("url") if isinstance(url, Mapping) else url
+    if not mime and isinstance(url, str) and url.startswith("data:") and ";" in url:
+        mime = url[5 : url.find(";")]
+    return f"[{kind}{' ' + mime if mime else ''} omitted]"
 
 
 def strip_media(content: str | list[Any]) -> str | list[dict[str, Any]]:
@@ -40,7 +52,7 @@ def strip_media(content: str | list[Any]) -> str | list[dict[str, Any]]:
         if isinstance(block, str):
             blocks.append({"type": "text", "text": block})
         elif isinstance(block, dict) and block.get("type") in _MEDIA_BLOCK_TYPES:
-            blocks.append(_media_placeholder(block))
+            blocks.append({"type": "text", "text": media_placeholder(block)})
         elif isinstance(block, dict):
             blocks.append(block)
         else:
@@ -115,14 +127,34 @@ def to_chain(message: BaseMessage) -> ChainMessage:
     )
 
 
+def ahead_messages(
+    history: Sequence[ChainMessage], system_prompt: str | None, instructions: str | None = None
+) -> list[BaseMessage]:
+    """What a turn starts from before its user message: the system prompt (with the
+    conversation's instructions after it) and the model-visible history."""
+    messages: list[BaseMessage] = []
+    system = INSTRUCTIONS_SEPARATOR.join(part for part in (system_prompt, instructions) if part)
+    if system:
+        message_id = INSTRUCTIONS_ID if instructions else SYSTEM_PROMPT_ID
+        messages.append(SystemMessage(content=system, id=message_id))
+    messages.extend(to_langchain(entry) for entry in history)
+    return messages
+
+
+def split_system(text: str, instructions: str) -> tuple[str, str]:
+    """The system prompt and the instructions of a system message that carries `instructions`
+    after it (the prompt is "" when the message holds the instructions alone)."""
+    suffix = INSTRUCTIONS_SEPARATOR + instructions
+    if text.endswith(suffix):
+        return text[: -len(suffix)], instructions
+    return "", text
+
+
 def initial_messages(
     request: TurnRequest, history: Sequence[ChainMessage], system_prompt: str | None
 ) -> list[BaseMessage]:
-    """System prompt, the model-visible history, then the current user message."""
-    messages: list[BaseMessage] = []
-    if system_prompt:
-        messages.append(SystemMessage(content=system_prompt, id=SYSTEM_PROMPT_ID))
-    messages.extend(to_langchain(entry) for entry in history)
+    """System prompt and instructions, the model-visible history, then the current user message."""
+    messages = ahead_messages(history, system_prompt, request.instructions)
     user_markers = ChainMetadata(
         source_conversation_id=request.conversation_id,
         source_message_id=request.user.message_id,
@@ -131,7 +163,7 @@ def initial_messages(
     messages.append(
         HumanMessage(
             content=request.user.content,
-            id=user_message_id(request.user.message_id),
+            id=entry_id("user", request.conversation_id, request.user.message_id),
             additional_kwargs=_metadata_kwargs(user_markers),
         )
     )

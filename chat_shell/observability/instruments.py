@@ -33,7 +33,7 @@ output_tokens = _meter.create_counter(
 context_utilization = _meter.create_histogram(
     "chat_shell.context.utilization",
     unit="1",
-    description="Input tokens of a model call over the profile's available input (used/available)",
+    description="Per turn, the meter's used over available input of the request the turn leaves",
 )
 compactions = _meter.create_counter(
     "chat_shell.compactions", unit="{compaction}", description="Compactions by strategy and status"
@@ -59,6 +59,15 @@ overflow_errors = _meter.create_counter(
 )
 time_to_first_token = _meter.create_histogram(
     "chat_shell.time_to_first_token", unit="ms", description="Turn start to the first streamed text"
+)
+
+# MCP tool calls, labelled by server and tool (both from the operator's configuration and the
+# servers' own tool lists) and the call's outcome: ok, error, timeout, unavailable, cancelled.
+mcp_tool_calls = _meter.create_counter(
+    "chat_shell.mcp.tool_calls", unit="{call}", description="MCP tool calls by server, tool and outcome"
+)
+mcp_tool_duration = _meter.create_histogram(
+    "chat_shell.mcp.tool_duration", unit="ms", description="Duration of an MCP tool call"
 )
 
 

@@ -33,7 +33,6 @@ class TurnScope:
 
     parent: Context
     profile_label: str
-    available_input: int
 
 
 current_turn: ContextVar[TurnScope | None] = ContextVar("chat_shell_turn_scope", default=None)
@@ -57,9 +56,6 @@ class ModelCall:
         if isinstance(input_tokens, int):
             attributes["gen_ai.usage.input_tokens"] = input_tokens
             instruments.input_tokens.add(input_tokens, labels)
-            if self.purpose == "answer":
-                utilization = input_tokens / max(1, self.scope.available_input)
-                instruments.context_utilization.record(utilization, {"model_profile": label})
         if isinstance(output_tokens, int):
             attributes["gen_ai.usage.output_tokens"] = output_tokens
             instruments.output_tokens.add(output_tokens, labels)

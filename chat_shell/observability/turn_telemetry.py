@@ -1,8 +1,8 @@
 """One turn's telemetry: its span, the metrics its events imply, and the metrics log line.
 
-The runtime hands every event of the turn through `watch` on its way to the caller, so the
-turn's outcome, compactions, tool calls, refusal, overflow errors and time to first token are
-measured from the same events the user sees. The turn span is made current for the whole run
+The turn's events pass through `observe_turn` on their way to the caller, so the turn's
+outcome, compactions, tool calls, refusal, overflow errors and time to first token are
+measured from the same events the user sees. The turn span is current while the turn runs
 (and the turn's scope set for `model_call`), so the guard's `context_protection.*` events and
 the per-call spans nest under it.
 """
@@ -10,7 +10,7 @@ the per-call spans nest under it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from time import time_ns
 from typing import Any
 
@@ -18,7 +18,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from chat_shell.compression.budget import budget_for
+from chat_shell.accounting.budget import Budget
 from chat_shell.contracts import (
     CompactionRecord,
     ToolCompleted,
@@ -27,6 +27,7 @@ from chat_shell.contracts import (
     TurnRequest,
     TurnResult,
 )
+from chat_shell.guard.stages.records import FINAL_STATUSES
 from chat_shell.observability import instruments
 from chat_shell.observability.model_spans import TurnScope, current_turn
 from chat_shell.providers.profiles import ModelProfile
@@ -35,54 +36,60 @@ from chat_shell.telemetry import sdk_installed, tracer
 logger = logging.getLogger("chat_shell.metrics")
 
 EMERGENCY_STRATEGIES = frozenset({"emergency_truncate", "tail_drop"})
-# Statuses that end a compaction attempt (`started`/`in_progress` are progress reports).
-FINAL_STATUSES = frozenset({"completed", "fallback"})
 
 
 class TurnTelemetry:
-    def __init__(self, request: TurnRequest, profile: ModelProfile, *, default_model: str | None) -> None:
+    def __init__(
+        self, request: TurnRequest, profile: ModelProfile, budget: Budget, *, default_model: str | None
+    ) -> None:
         self.request = request
+        self.profile = profile
+        self.budget = budget
         self.label = instruments.profile_label(profile.name, default_model)
+        self._tools: dict[str, Span] = {}
+        self._compactions = 0
+
+    async def observe_turn(self, events: AsyncGenerator[TurnEvent, None]) -> AsyncIterator[TurnEvent]:
+        """`events`, each observed on its way to the caller. The turn's span starts with the
+        first step and ends with the turn, whatever way it ends; it is current (and the turn's
+        scope set for `model_call`) while the turn runs, that is inside each step of `events`,
+        never while the caller handles an event."""
         self.span = tracer.start_span(
             "invoke_agent chat_shell",
             attributes={
                 "gen_ai.operation.name": "invoke_agent",
                 "gen_ai.agent.name": "chat_shell",
-                "gen_ai.request.model": profile.name,
-                "gen_ai.conversation.id": str(request.conversation_id),
-                "chat_shell.turn.id": request.turn_id,
+                "gen_ai.request.model": self.profile.name,
+                "gen_ai.conversation.id": str(self.request.conversation_id),
+                "chat_shell.turn.id": self.request.turn_id,
                 "chat_shell.model_profile": self.label,
             },
         )
         self.context = trace.set_span_in_context(self.span)
-        self._scope = (
-            TurnScope(self.context, self.label, budget_for(profile).available_input)
-            if sdk_installed()
-            else None
-        )
-        self._tools: dict[str, Span] = {}
-        self._compactions = 0
-
-    def watch(self, emit: Callable[[TurnEvent], None]) -> Callable[[TurnEvent], None]:
-        def observed(event: TurnEvent) -> None:
-            self.observe(event)
-            emit(event)
-
-        return observed
-
-    async def run(self, work: Awaitable[None]) -> None:
-        """Runs the turn with its span current; the span ends with it, whatever way it ends."""
-        token = otel_context.attach(self.context)
-        scope_token = current_turn.set(self._scope)
+        self._scope = scope = TurnScope(self.context, self.label) if sdk_installed() else None
         try:
-            await work
+            while True:
+                token, scope_token = otel_context.attach(self.context), current_turn.set(scope)
+                try:
+                    event = await anext(events)
+                except StopAsyncIteration:
+                    return
+                finally:
+                    current_turn.reset(scope_token)
+                    otel_context.detach(token)
+                self.observe(event)
+                yield event
         finally:
-            current_turn.reset(scope_token)
-            otel_context.detach(token)
-            for span in self._tools.values():
-                span.set_attribute("error.type", "cancelled")
-                span.end()
-            self.span.end()
+            token, scope_token = otel_context.attach(self.context), current_turn.set(scope)
+            try:
+                await events.aclose()
+            finally:
+                current_turn.reset(scope_token)
+                otel_context.detach(token)
+                for span in self._tools.values():
+                    span.set_attribute("error.type", "cancelled")
+                    span.end()
+                self.span.end()
 
     def observe(self, event: TurnEvent) -> None:
         match event.type:
@@ -106,6 +113,7 @@ class TurnTelemetry:
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": event.name,
                 "gen_ai.tool.call.id": event.call_id,
+                **({"chat_shell.mcp.server": event.server} if event.server else {}),
             },
         )
 
@@ -123,18 +131,8 @@ class TurnTelemetry:
         if record.status not in FINAL_STATUSES:
             return
         self._compactions += 1
-        labels = {"model_profile": self.label, "strategy": record.strategy, "status": record.status}
-        instruments.compactions.add(1, labels)
-        saved = _saved(record)
-        if saved is not None:
-            instruments.tokens_saved.add(saved, {"model_profile": self.label, "strategy": record.strategy})
-        if record.duration_ms is not None:
-            instruments.compaction_duration.record(record.duration_ms, labels)
-        if record.strategy in EMERGENCY_STRATEGIES and record.status == "completed":
-            instruments.emergency_truncations.add(
-                1, {"model_profile": self.label, "strategy": record.strategy}
-            )
-        self._compaction_span(record, saved)
+        count_compaction(self.label, record)
+        self._compaction_span(record, _saved(record))
 
     def _compaction_span(self, record: CompactionRecord, saved: int | None) -> None:
         """A span over the compaction's measured duration (it ended when its event arrived).
@@ -171,6 +169,11 @@ class TurnTelemetry:
         if result.ttft_ms is not None:
             instruments.time_to_first_token.record(result.ttft_ms, {"model_profile": self.label})
         metrics = result.context_metrics
+        if metrics is not None:
+            # The meter's and the dashboard's definition: the request the turn leaves, used of
+            # the available input.
+            used = metrics.used_input / max(1, metrics.available_input)
+            instruments.context_utilization.record(used, {"model_profile": self.label})
         usage = result.usage
         attributes: dict[str, Any] = {
             "chat_shell.termination_reason": reason,
@@ -211,6 +214,19 @@ class TurnTelemetry:
             result.overflow_errors,
             round(result.ttft_ms, 1) if result.ttft_ms is not None else None,
         )
+
+
+def count_compaction(label: str, record: CompactionRecord) -> None:
+    """The operator metrics of one finished compaction (of a turn, or made ahead of time)."""
+    labels = {"model_profile": label, "strategy": record.strategy, "status": record.status}
+    instruments.compactions.add(1, labels)
+    saved = _saved(record)
+    if saved is not None:
+        instruments.tokens_saved.add(saved, {"model_profile": label, "strategy": record.strategy})
+    if record.duration_ms is not None:
+        instruments.compaction_duration.record(record.duration_ms, labels)
+    if record.strategy in EMERGENCY_STRATEGIES and record.status == "completed":
+        instruments.emergency_truncations.add(1, {"model_profile": label, "strategy": record.strategy})
 
 
 def _saved(record: CompactionRecord) -> int | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import openai
@@ -41,6 +41,10 @@ class ProviderFailure:
     code: ProviderErrorCode
     # A short, user-presentable description; never includes credentials or request bodies.
     message: str
+
+    def of_model(self, model: str) -> ProviderFailure:
+        """The failure as a turn reports it: naming the model whose provider failed."""
+        return replace(self, message=f"Model {model!r}: {self.message}")
 
 
 def _error_text(exc: openai.APIError) -> str:

@@ -72,9 +72,14 @@ class StringContentChatOpenAI(TracedChatOpenAI):
 
 
 def create_chat_model(
-    profile: ModelProfile, config: ProviderConfig, *, purpose: str = "answer"
+    profile: ModelProfile,
+    config: ProviderConfig,
+    *,
+    purpose: str = "answer",
+    model_name: str | None = None,
 ) -> TracedChatOpenAI:
-    """A `ChatOpenAI` for `profile` against `config`'s endpoint.
+    """A `ChatOpenAI` for `profile` against `config`'s endpoint, asking for `model_name` (the
+    provider's name of the model) or else the profile's name.
 
     `stream_usage=True` always: with a custom `base_url` langchain-openai leaves it off, so no
     `stream_options` are sent and streamed responses carry no usage at all. With telemetry on,
@@ -82,12 +87,16 @@ def create_chat_model(
     """
     model_class = StringContentChatOpenAI if profile.string_content_only else TracedChatOpenAI
     return model_class(
-        model=profile.name,
+        model=model_name or profile.name,
         base_url=config.base_url,
         api_key=config.api_key,
         timeout=config.timeout_seconds,
         max_retries=config.max_retries,
         max_tokens=profile.max_output_tokens,
         stream_usage=True,
+        # langchain-openai bounds each streamed chunk with `asyncio.wait_for`, which on Python
+        # 3.11 loses a cancellation that lands as a chunk arrives (a stopped turn would then run
+        # on until a timeout) and costs a task per chunk; `timeout` above bounds every read.
+        stream_chunk_timeout=None,
         call_purpose=purpose,
     )

@@ -15,7 +15,10 @@ ProfileSource = Literal["builtin", "configured", "default"]
 # Encodings available offline. `estimate` uses the CJK-aware character estimate.
 Counter = Literal["cl100k_base", "estimate"]
 
-LOCAL_MODEL_NAME = "smollm2-135m-instruct"
+# The embedded local models (backend/local_model/catalog.py), each served under its profile's
+# name: the default one, and the small fast one.
+LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct"
+SMOLLM2_MODEL_NAME = "smollm2-135m-instruct"
 
 
 @dataclass(frozen=True)
@@ -34,9 +37,12 @@ class ModelProfile:
     streams_usage: bool = True
     # Whether the provider takes message content only as a string, not as a list of parts.
     string_content_only: bool = False
-    # Guard overrides; None means "derive from the window" (see compression.budget).
+    # Guard overrides; None means "derive from the window" (see accounting.budget).
     trigger_tokens: int | None = None
     keep_tokens: int | None = None
+    # Compaction ahead of time: a finished turn whose next request is estimated at or above
+    # this is compacted in the background (None: 0.7 x trigger, see accounting.budget).
+    pre_trigger_tokens: int | None = None
     trim_tokens_to_summarize: int | None = None
     overhead_tokens: int | None = None
     summary_max_tokens: int | None = None
@@ -73,15 +79,26 @@ _BUILTIN: dict[str, ModelProfile] = {
         ModelProfile("gemini-2.5-pro", 1_048_576, 65_536, counter="estimate"),
         ModelProfile("deepseek-chat", 128_000, 8_192, counter="estimate", cjk_chars_per_token=1.7),
         ModelProfile("qwen", 131_072, 8_192, counter="estimate", cjk_chars_per_token=1.5),
-        # The embedded local model (SmolLM2-135M served by llama.cpp with n_ctx 4096). The
-        # server does not stream usage, so calibration relies on local counts, and its chat
-        # template takes string content only.
+        # The embedded local models, served by llama.cpp with n_ctx 4096: on 2 cores a summary
+        # of a full window takes about a minute, a larger window longer than the summary
+        # timeout. The server streams usage, so calibration follows its counts; the estimate's
+        # ratios are Qwen's measured ones (3.3 characters a token in number-heavy English, 2.2
+        # in Chinese), rounded down so the estimate errs high. Content goes as a string, which
+        # every llama.cpp chat template takes.
         ModelProfile(
             LOCAL_MODEL_NAME,
             4_096,
             512,
             counter="estimate",
-            streams_usage=False,
+            cjk_chars_per_token=2.0,
+            other_chars_per_token=3.3,
+            string_content_only=True,
+        ),
+        ModelProfile(
+            SMOLLM2_MODEL_NAME,
+            4_096,
+            512,
+            counter="estimate",
             string_content_only=True,
         ),
     )
@@ -104,6 +121,7 @@ CONFIGURABLE_FIELDS = frozenset(
         "other_chars_per_token",
         "trigger_tokens",
         "keep_tokens",
+        "pre_trigger_tokens",
         "trim_tokens_to_summarize",
         "overhead_tokens",
         "summary_max_tokens",
@@ -134,13 +152,16 @@ def resolve_profile(
     max_output_tokens: int | None = None,
     table: dict[str, ModelProfile] | None = None,
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    lookup: str | None = None,
 ) -> ModelProfile:
     """The profile for `model`: exact id, else longest prefix, else the labelled default.
 
+    `lookup` is the name the built-in table is searched with when it is not the id itself (a
+    configured model whose provider calls it otherwise); the profile is named `model`.
     `overrides` (configuration) maps a model id, or "*" for every model, to profile fields;
     the model's own entry wins over "*"."""
     profiles = _BUILTIN if table is None else table
-    key = model.lower()
+    key = (lookup or model).lower()
     profile = profiles.get(key)
     if profile is None:
         prefixes = [name for name in profiles if key.startswith(name)]

@@ -23,14 +23,20 @@ from langchain_core.tools import StructuredTool, ToolException
 from langgraph.prebuilt import ToolRuntime
 from pydantic import BaseModel, Field
 
+from chat_shell.accounting.text_counter import TextCounter
 from chat_shell.contracts import MAX_OUTLINE_ITEMS, HistoryBrowser, OriginalSummary, OriginalText
-from chat_shell.messages.text_fit import TokenCounter, fit_prefix
-from chat_shell.tools.read_attachment import FETCH_CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS
+from chat_shell.tools.built_in import built_in_tool
+from chat_shell.tools.pages import (
+    DEFAULT_MAX_CALLS,
+    MESSAGE_OVERHEAD_TOKENS,
+    chars_to_fetch,
+    looked_up,
+    page_within,
+)
 
 LIST_NAME = "list_history"
 READ_NAME = "read_message"
 DEFAULT_LIST_LIMIT = 20
-DEFAULT_MAX_CALLS = 30
 
 LIST_DESCRIPTION = (
     "List earlier messages of this conversation as the user saw them: message_id, role, date, "
@@ -56,7 +62,7 @@ class HistoryToolSession:
     browser: HistoryBrowser
     # The tool-output budget (tokens) the guard applies to a tool's messages, by tool name.
     budget_tokens: Callable[[str], int]
-    count: TokenCounter
+    counter: TextCounter
     max_calls: int = DEFAULT_MAX_CALLS
     calls: Counter[str] = field(default_factory=Counter)
 
@@ -104,16 +110,13 @@ async def list_history(
     if before_message_id is not None:
         before = max(1, min(before_message_id, before))
     limit = max(1, min(limit, MAX_OUTLINE_ITEMS))
-    try:
-        page = await session.browser.outline(session.conversation_id, before, limit)
-    except LookupError as exc:
-        raise ToolException(str(exc)) from exc
+    page = await looked_up(session.browser.outline(session.conversation_id, before, limit))
     items = [_item(summary) for summary in page.items]
     next_before = page.next_before_message_id
     budget = session.page_tokens(LIST_NAME)
     result = _listing(items, next_before)
     # Oldest first, so when the page does not fit, the oldest items wait for the next page.
-    while session.count(result) > budget:
+    while session.counter.count(result) > budget:
         if len(items) <= 1:
             raise ToolException("the tool-output budget is too small to list any message")
         items = items[1:]
@@ -148,21 +151,15 @@ async def read_message(session: HistoryToolSession, message_id: int, offset: int
     if offset < 0 or limit < 0:
         raise ToolException("offset and limit must be zero or positive")
     budget = session.page_tokens(READ_NAME)
-    wanted = budget * FETCH_CHARS_PER_TOKEN
-    if limit:
-        wanted = min(wanted, limit)
-    try:
-        page = await session.browser.read(session.conversation_id, message_id, offset, wanted)
-    except LookupError as exc:
-        raise ToolException(str(exc)) from exc
+    page = await looked_up(
+        session.browser.read(session.conversation_id, message_id, offset, chars_to_fetch(budget, limit))
+    )
     if offset > page.total_chars:
         raise ToolException(
             f"offset {offset:,} is past the end of message {message_id} (total_chars {page.total_chars:,})"
         )
     # Fitting measures the exact result (envelope, escaping and all) for each candidate page.
-    content, _ = fit_prefix(page.text, budget, session.count, measure=lambda text: _read_result(page, text))
-    if not content and page.text:
-        raise ToolException("the tool-output budget is too small to return any text")
+    content = page_within(page.text, budget, session.counter, lambda text: _read_result(page, text))
     return _read_result(page, content)
 
 
@@ -204,25 +201,11 @@ def list_history_tool() -> StructuredTool:
     ) -> str:
         return await list_history(_session(runtime), before_message_id, limit)
 
-    return StructuredTool.from_function(
-        coroutine=run,
-        name=LIST_NAME,
-        description=LIST_DESCRIPTION,
-        args_schema=ListHistoryArgs,
-        handle_tool_error=True,
-        handle_validation_error=True,
-    )
+    return built_in_tool(run, name=LIST_NAME, description=LIST_DESCRIPTION, args_schema=ListHistoryArgs)
 
 
 def read_message_tool() -> StructuredTool:
     async def run(runtime: ToolRuntime[_RunContext], message_id: int, offset: int = 0, limit: int = 0) -> str:
         return await read_message(_session(runtime), message_id, offset, limit)
 
-    return StructuredTool.from_function(
-        coroutine=run,
-        name=READ_NAME,
-        description=READ_DESCRIPTION,
-        args_schema=ReadMessageArgs,
-        handle_tool_error=True,
-        handle_validation_error=True,
-    )
+    return built_in_tool(run, name=READ_NAME, description=READ_DESCRIPTION, args_schema=ReadMessageArgs)

@@ -1,9 +1,9 @@
 """`read_attachment(attachment_id, offset, limit)`: the model pages through an attachment's text.
 
 Pages are bounded in tokens so that the whole tool output (the page plus its JSON envelope,
-escaping included) stays under the tool-output budget the guard applies: the guard never has
-to cut a page, and paging stays contiguous. Offsets count characters (code points), so a page
-never splits a character and `next_offset` is exact.
+escaping included) stays under the tool-output budget the guard applies (`tools.pages`).
+Offsets count characters (code points), so a page never splits a character and `next_offset`
+is exact.
 
 Errors (unknown id, an attachment of another conversation, no text, the per-turn call limit)
 are raised as `ToolException`: the model gets a clear error message as the tool result.
@@ -18,19 +18,23 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.tools import StructuredTool, ToolException
+from langchain_core.tools import ToolException
 from langgraph.prebuilt import ToolRuntime
 from pydantic import BaseModel, Field
 
+from chat_shell.accounting.text_counter import TextCounter
 from chat_shell.contracts import AttachmentReader, AttachmentRef
-from chat_shell.messages.text_fit import TokenCounter, fit_prefix
+from chat_shell.tools.built_in import built_in_tool
+from chat_shell.tools.pages import (
+    DEFAULT_MAX_CALLS,
+    MESSAGE_OVERHEAD_TOKENS,
+    TOO_SMALL,
+    chars_to_fetch,
+    looked_up,
+    page_within,
+)
 
 TOOL_NAME = "read_attachment"
-DEFAULT_MAX_CALLS = 30
-# What the guard adds around a tool message's content when it counts it (role, name, call id).
-MESSAGE_OVERHEAD_TOKENS = 32
-# Characters fetched per token of page budget; a page is then cut to fit exactly.
-FETCH_CHARS_PER_TOKEN = 4
 DESCRIPTION = (
     "Read the extracted text of a file the user attached, page by page. Attachments are shown to "
     "you as previews; call this to read the parts the preview left out. `offset` is a character "
@@ -53,7 +57,7 @@ class ReadAttachmentSession:
     reader: AttachmentReader
     # The tool-output budget (tokens) the guard applies to this tool's messages.
     budget_tokens: int
-    count: TokenCounter
+    counter: TextCounter
     max_calls: int = DEFAULT_MAX_CALLS
     calls: int = 0
 
@@ -103,10 +107,7 @@ async def read_attachment(
         )
     if offset < 0 or limit < 0:
         raise ToolException("offset and limit must be zero or positive")
-    try:
-        ref = await session.reader.describe(session.conversation_id, attachment_id)
-    except LookupError as exc:
-        raise ToolException(str(exc)) from exc
+    ref = await looked_up(session.reader.describe(session.conversation_id, attachment_id))
     if ref.status != "ready":
         reason = ref.note or ("still being processed" if ref.status == "uploading" else "unknown reason")
         raise ToolException(f"attachment {ref.id} ({ref.filename}) has no readable text: {reason}")
@@ -119,26 +120,22 @@ async def read_attachment(
         raise ToolException(
             f"offset {offset:,} is past the end of attachment {ref.id} (total_chars {ref.extracted_chars:,})"
         )
-    envelope = session.count(_result(ref, offset, "", ref.truncated_at_parse, worst_case=True))
+    envelope = session.counter.count(_result(ref, offset, "", ref.truncated_at_parse, worst_case=True))
     content_budget = session.page_tokens - envelope
     if content_budget <= 0:
-        raise ToolException("the tool-output budget is too small to return any text")
-    wanted = content_budget * FETCH_CHARS_PER_TOKEN
-    if limit:
-        wanted = min(wanted, limit)
-    try:
-        page = await session.reader.read(session.conversation_id, attachment_id, offset, wanted)
-    except LookupError as exc:
-        raise ToolException(str(exc)) from exc
+        raise ToolException(TOO_SMALL)
+    page = await looked_up(
+        session.reader.read(
+            session.conversation_id, attachment_id, offset, chars_to_fetch(content_budget, limit)
+        )
+    )
     # Fitting measures the exact result (envelope, escaping and all) for each candidate page.
-    content, _ = fit_prefix(
+    content = page_within(
         page.text,
         session.page_tokens,
-        session.count,
-        measure=lambda candidate: _result(ref, page.offset, candidate, page.truncated_at_parse),
+        session.counter,
+        lambda candidate: _result(ref, page.offset, candidate, page.truncated_at_parse),
     )
-    if not content and page.text:
-        raise ToolException("the tool-output budget is too small to return any text")
     return _result(ref, page.offset, content, page.truncated_at_parse)
 
 
@@ -147,11 +144,6 @@ async def _run_in_turn(attachment_id: int, runtime: ToolRuntime, offset: int = 0
     return await read_attachment(runtime.context.turn_tools.read_attachment, attachment_id, offset, limit)
 
 
-read_attachment_tool = StructuredTool.from_function(
-    coroutine=_run_in_turn,
-    name=TOOL_NAME,
-    description=DESCRIPTION,
-    args_schema=ReadAttachmentArgs,
-    handle_tool_error=True,
-    handle_validation_error=True,
+read_attachment_tool = built_in_tool(
+    _run_in_turn, name=TOOL_NAME, description=DESCRIPTION, args_schema=ReadAttachmentArgs
 )

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chat_shell.compression.budget import budget_for
-from chat_shell.compression.token_counter import text_counter_for
+from chat_shell.accounting.budget import Budget
+from chat_shell.accounting.text_counter import TextCounter
 from chat_shell.contracts import TurnRequest
 from chat_shell.host import TurnServices
 from chat_shell.messages.attachment_readers import NoAttachmentReader
-from chat_shell.providers.profiles import ModelProfile
 from chat_shell.tools import read_attachment
 from chat_shell.tools.history_tools import HistoryToolSession
 
@@ -28,11 +27,11 @@ class TurnTools:
     history: HistoryToolSession | None
 
     @classmethod
-    def for_turn(cls, request: TurnRequest, profile: ModelProfile, services: TurnServices) -> TurnTools:
+    def for_turn(
+        cls, request: TurnRequest, budget: Budget, counter: TextCounter, services: TurnServices
+    ) -> TurnTools:
         # Results are sized for the budget the guard applies to each tool's output (profile
         # overrides included) and counted in the guard's units, so the guard never cuts one.
-        budget = budget_for(profile)
-        count = text_counter_for(profile).count
         history = None
         if services.originals is not None:
             history = HistoryToolSession(
@@ -40,14 +39,14 @@ class TurnTools:
                 before_message_id=request.user.message_id,
                 browser=services.originals,
                 budget_tokens=budget.tool_output_limit,
-                count=count,
+                counter=counter,
             )
         return cls(
             read_attachment=read_attachment.ReadAttachmentSession(
                 request.conversation_id,
                 services.attachments if services.attachments is not None else NoAttachmentReader(),
                 budget.tool_output_limit(read_attachment.TOOL_NAME),
-                count,
+                counter,
             ),
             history=history,
         )

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from backend.services.percentiles import bin_case
+from backend.services.dashboard.percentiles import bin_case
 
 revision: str = "0005"
 down_revision: str | None = "0004"

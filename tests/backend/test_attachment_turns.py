@@ -15,10 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.db import create_engine, session_factory
 from backend.models import Conversation
-from backend.services.history import resolve_history
-from chat_shell.compression.budget import budget_for
+from backend.services.records.history import resolve_history
+from chat_shell.accounting.budget import budget_for
 from chat_shell.providers.profiles import resolve_profile
-from chat_shell.tools.read_attachment import MESSAGE_OVERHEAD_TOKENS
+from chat_shell.tools.pages import MESSAGE_OVERHEAD_TOKENS
 from tests.support.api import new_user
 from tests.support.attachments import count_tokens
 from tests.support.files import MB, corrupt, log_bytes, thirty_page_pdf

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from backend.api.errors import ApiError
 from backend.db import transaction
 from backend.models import Conversation, Message, MessageStatus, Role, User
-from backend.services import attachments
+from backend.services.errors import Conflict, NotFound
+from backend.services.records import attachments
 from backend.settings import Settings
 from tests.support.api import new_user
 from tests.support.attachments import AttachmentWorld, attachment_world
@@ -39,11 +39,13 @@ async def _send(world: AttachmentWorld, attachment_ids: list[int], conversation_
             role=Role.USER,
             status=MessageStatus.COMPLETED,
             content="see files",
+            parent_pk=conversation.current_leaf_pk,
         )
         db.add(message)
         await db.flush()
         await attachments.link_to_message(db, user, conversation, message, attachment_ids)
         conversation.next_message_id = number + 1
+        conversation.current_leaf_pk = message.id
     return number
 
 
@@ -64,9 +66,9 @@ async def test_deleted_between_upload_and_send_rejects_the_send(world: Attachmen
     kept = await world.attach("kept.txt", b"kept\n")
     dropped = await world.attach("dropped.txt", b"dropped\n")
     assert (await world.client.delete(f"/api/attachments/{dropped}")).status_code == 204
-    with pytest.raises(ApiError) as raised:
+    with pytest.raises(NotFound) as raised:
         await _send(world, [kept, dropped])
-    assert raised.value.status == 404 and f"attachment {dropped} not found" in raised.value.message
+    assert f"attachment {dropped} not found" in raised.value.message
     # Nothing was stored: no message, and the surviving upload is still unsent.
     assert (await world.client.get(f"/api/conversations/{world.conversation_id}/messages")).json()[
         "items"
@@ -77,15 +79,14 @@ async def test_deleted_between_upload_and_send_rejects_the_send(world: Attachmen
 async def test_send_rules(world: AttachmentWorld) -> None:
     once = await world.attach("once.txt", b"once\n")
     await _send(world, [once])
-    with pytest.raises(ApiError) as again:
+    with pytest.raises(Conflict) as again:
         await _send(world, [once])
     assert again.value.code == "attachment_already_sent"
 
     other = (await world.client.post("/api/conversations", json={"title": "other"})).json()["id"]
     elsewhere = await world.attach("here.txt", b"here\n")
-    with pytest.raises(ApiError) as wrong_conversation:
+    with pytest.raises(NotFound):
         await _send(world, [elsewhere], conversation_id=other)
-    assert wrong_conversation.value.status == 404
 
     # A corrupt document can be sent: the turn proceeds and the model is told why there is no text.
     broken = await world.attach("broken.pdf", b"%PDF-1.7\n1 0 obj << /Type /Catalog")
@@ -184,6 +185,6 @@ async def test_link_validation_is_atomic(world: AttachmentWorld) -> None:
         message = Message(conversation_id=conversation.id, message_id=1, role=Role.USER, content="x")
         db.add(message)
         await db.flush()
-        with pytest.raises(ApiError):
+        with pytest.raises(NotFound):
             await attachments.link_to_message(db, user, conversation, message, [good, 424242])
         assert (await attachments.get_owned(db, user, good)).message_pk is None

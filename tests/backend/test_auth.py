@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import time
+
 import httpx
 import pytest
 
@@ -75,6 +79,26 @@ async def test_wrong_password_and_unknown_user_look_the_same(anonymous: httpx.As
     )
     assert wrong.status_code == unknown.status_code == 401
     assert wrong.json() == unknown.json()
+
+
+async def test_password_hashing_never_queues_behind_the_default_thread_pool(
+    anonymous: httpx.AsyncClient, server: str
+) -> None:
+    """Every thread of the event loop's default pool busy for 2 s (file work, say): registering
+    (a hash) and logging in (a verify) still answer within a second each, because password
+    hashing has threads of its own."""
+    loop = asyncio.get_running_loop()
+    default_threads = min(32, (os.cpu_count() or 1) + 4)  # ThreadPoolExecutor's default size
+    busy = [loop.run_in_executor(None, time.sleep, 2) for _ in range(default_threads)]
+    await asyncio.sleep(0.05)
+    started = time.perf_counter()
+    await register(anonymous, "heidi")
+    registered = time.perf_counter()
+    client = await login(server, "heidi")
+    logged_in = time.perf_counter()
+    await client.aclose()
+    await asyncio.gather(*busy)
+    assert registered - started < 1.0 and logged_in - registered < 1.0
 
 
 async def test_cookie_requests_need_the_csrf_header(alice: httpx.AsyncClient) -> None:

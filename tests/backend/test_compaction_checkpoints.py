@@ -12,11 +12,12 @@ import pytest
 
 from backend.app import create_app
 from backend.settings import Settings
-from chat_shell.compression.summary_compactor import SUMMARY_OPENING
-from tests.support.api import new_user
+from chat_shell.guard.stages.summary_compaction.prompts import SUMMARY_OPENING
+from tests.support.api import signed_in
 from tests.support.scripted_provider import Reply, ScriptedProvider, http_error, text
 from tests.support.servers import serve
 from tests.support.sse import read_stream
+from tests.support.texts import SMALL_COMPACTION
 
 WORDS = "budget camera lens delivery invoice warehouse schedule meeting deadline report "
 
@@ -28,17 +29,13 @@ async def client(
     settings = make_settings(
         database_url,
         openai_base_url=scripted_provider.base_url,
-        compaction_trigger_tokens=3_000,
-        compaction_keep_tokens=1_500,
-        compaction_overhead_tokens=100,
-        compaction_chunk_tokens=1_200,
-        summary_max_tokens=200,
+        **SMALL_COMPACTION,
         compaction_heartbeat_seconds=0.2,
+        # These tests are about compactions inside a turn (test_compaction_ahead covers the rest).
+        compaction_ahead=False,
     )
-    async with serve(create_app(settings)) as base_url:
-        user = await new_user(base_url, "compactor")
+    async with serve(create_app(settings)) as base_url, signed_in(base_url, "compactor") as user:
         yield user
-        await user.aclose()
 
 
 class Script:

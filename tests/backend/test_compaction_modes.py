@@ -22,6 +22,8 @@ COMPACTING = {
     "compaction_keep_tokens": 1_500,
     "compaction_overhead_tokens": 100,
     "compaction_chunk_tokens": 1_200,
+    # Compaction ahead of time runs in package mode only: both modes compact inside the turn.
+    "compaction_ahead": False,
     "summary_max_tokens": 200,
 }
 WORDS = "budget camera lens delivery invoice warehouse schedule meeting deadline report "

@@ -13,28 +13,30 @@ async def _add_messages(database_url: str, conversation_id: int, count: int, sta
     """Stores user/assistant pairs directly, as finished turns would have left them."""
     engine = create_engine(database_url)
     async with transaction(session_factory(engine)) as db:
-        for offset in range(count):
-            number = start + offset
-            role = Role.USER if number % 2 else Role.ASSISTANT
-            db.add(
-                Message(
-                    conversation_id=conversation_id,
-                    message_id=number,
-                    role=role,
-                    status=MessageStatus.COMPLETED,
-                    content=f"message {number}" if role == Role.USER else "",
-                    result=None
-                    if role == Role.USER
-                    else {
-                        "value": f"reply {number}",
-                        "messages_chain": [{"role": "assistant", "content": "x"}],
-                    },
-                )
-            )
         from backend.models import Conversation
 
         conversation = await db.get(Conversation, conversation_id)
         assert conversation is not None
+        for offset in range(count):
+            number = start + offset
+            role = Role.USER if number % 2 else Role.ASSISTANT
+            message = Message(
+                conversation_id=conversation_id,
+                message_id=number,
+                role=role,
+                status=MessageStatus.COMPLETED,
+                content=f"message {number}" if role == Role.USER else "",
+                result=None
+                if role == Role.USER
+                else {
+                    "value": f"reply {number}",
+                    "messages_chain": [{"role": "assistant", "content": "x"}],
+                },
+                parent_pk=conversation.current_leaf_pk,
+            )
+            db.add(message)
+            await db.flush()
+            conversation.current_leaf_pk = message.id
         conversation.next_message_id = start + count
     await engine.dispose()
 

@@ -13,9 +13,11 @@ from alembic import command
 from sqlalchemy import select
 
 from backend.db import alembic_config, create_engine, session_factory, transaction
-from backend.models import Conversation, User
+from backend.models import Conversation, TurnStatus, User
 from backend.models.base import utcnow
-from backend.services import dashboard, turns
+from backend.services.dashboard import aggregates, rollups
+from backend.services.dashboard.windows import Window
+from backend.services.delivery import turns
 from chat_shell.contracts import ContextMetrics, TurnResult
 from tests.support.api import new_operator, new_user
 from tests.support.dashboard import StoredCompaction, StoredTurn, snapshot, store_metrics
@@ -236,7 +238,7 @@ async def _summaries(database_url: str, *windows: str) -> list[dict[str, Any]]:
     engine = create_engine(database_url)
     try:
         sessions = session_factory(engine)
-        return [await dashboard.summary(sessions, window, NOW) for window in windows]
+        return [(await aggregates.summary(sessions, window, NOW)).model_dump() for window in windows]
     finally:
         await engine.dispose()
 
@@ -244,7 +246,7 @@ async def _summaries(database_url: str, *windows: str) -> list[dict[str, Any]]:
 async def test_whole_hour_windows_show_the_figures_of_the_raw_rows(
     alice: httpx.AsyncClient, database_url: str
 ) -> None:
-    week_start = dashboard.Window.ending_now("7d", NOW).start
+    week_start = Window.ending_now("7d", NOW).start
     await _store(database_url, _spread_turns())
 
     day, week, month = await _summaries(database_url, "24h", "7d", "30d")
@@ -298,7 +300,7 @@ async def test_turns_count_in_the_rollups_when_they_start_and_finish(
                 assert conversation is not None
                 started.append(await turns.start_turn(db, owner, conversation, "hi", [], "runner", "gpt-4o"))
         now = utcnow()
-        day, week = [await dashboard.summary(sessions, w, now) for w in ("24h", "7d")]
+        day, week = [(await aggregates.summary(sessions, w, now)).model_dump() for w in ("24h", "7d")]
         assert day["totals"]["turns"] == week["totals"]["turns"] == 2
         assert week["totals"]["running_turns"] == 2 and week["totals"]["ttft_p50_ms"] is None
 
@@ -311,10 +313,11 @@ async def test_turns_count_in_the_rollups_when_they_start_and_finish(
                 context_metrics=ContextMetrics.model_validate(snapshot(3_500 + 1_000 * index, 7_000)),
             )
             async with sessions() as db, db.begin():
-                await turns.finish_turn(db, started[index], "turn.completed", result, None, utcnow(), 1)
+                await turns.finish_turn(db, started[index], TurnStatus.COMPLETED, result, None, utcnow(), 1)
+                await rollups.write_staged(db)
 
         await asyncio.gather(finish(0), finish(1))
-        day, week = [await dashboard.summary(sessions, w, now) for w in ("24h", "7d")]
+        day, week = [(await aggregates.summary(sessions, w, now)).model_dump() for w in ("24h", "7d")]
         _assert_same(_comparable(day), _comparable(week))
         totals = week["totals"]
         assert (totals["turns"], totals["running_turns"], totals["overflow_errors"]) == (2, 0, 1)

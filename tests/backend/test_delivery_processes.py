@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -13,12 +16,13 @@ import pytest
 import redis
 
 from tests.support.api import new_user
-from tests.support.processes import BackendProcess, backend_env
+from tests.support.processes import ROOT, BackendProcess, backend_env
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import free_port
-from tests.support.sse import read_stream
+from tests.support.sse import Received, read_stream
 
 LONG = " ".join(f"token{n}" for n in range(400))
+FALLBACK_POLL_SECONDS = 30
 
 
 async def _wait_status(client: httpx.AsyncClient, cid: int, wanted: set[str], within: float = 30) -> dict:
@@ -114,8 +118,13 @@ async def replicas(
     from tests.support import databases
 
     _off_loop(lambda: databases.truncate_all(postgres_url))
+    # The streams' fallback re-read of the log is made long: what arrives sooner came through Redis.
     env = backend_env(
-        postgres_url, tmp_path / "data", scripted_provider.base_url, CHAT_SHELL_REDIS_URL=private_redis[0]
+        postgres_url,
+        tmp_path / "data",
+        scripted_provider.base_url,
+        CHAT_SHELL_REDIS_URL=private_redis[0],
+        CHAT_SHELL_STREAM_LOG_POLL_SECONDS=str(FALLBACK_POLL_SECONDS),
     )
     a = BackendProcess(env, tmp_path / "a.log")
     b = BackendProcess(env, tmp_path / "b.log")
@@ -125,16 +134,34 @@ async def replicas(
     b.stop()
 
 
+@asynccontextmanager
+async def _one_user_on_both(
+    replicas: tuple[BackendProcess, BackendProcess], username: str
+) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    """A new user's session, as a client of each replica."""
+    a, b = replicas
+    on_a = await new_user(a.base_url, username)
+    on_b = httpx.AsyncClient(base_url=b.base_url, cookies=on_a.cookies, headers=on_a.headers, timeout=30)
+    try:
+        yield on_a, on_b
+    finally:
+        await on_a.aclose()
+        await on_b.aclose()
+
+
+async def _long_turn(client: httpx.AsyncClient, provider: ScriptedProvider, token_delay: float) -> int:
+    """A new conversation whose turn streams `LONG`, started through `client`."""
+    provider.script(text(LONG, token_delay=token_delay))
+    cid = (await client.post("/api/conversations", json={"title": "replicas"})).json()["id"]
+    await client.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
+    return cid
+
+
 async def test_a_client_on_another_replica_follows_resumes_and_stops_the_turn(
     replicas: tuple[BackendProcess, BackendProcess], scripted_provider: ScriptedProvider
 ) -> None:
-    a, b = replicas
-    on_a = await new_user(a.base_url, "roamer")
-    on_b = httpx.AsyncClient(base_url=b.base_url, cookies=on_a.cookies, headers=on_a.headers, timeout=30)
-    try:
-        scripted_provider.script(text(LONG, token_delay=0.005))
-        cid = (await on_a.post("/api/conversations", json={"title": "replicas"})).json()["id"]
-        await on_a.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
+    async with _one_user_on_both(replicas, "roamer") as (on_a, on_b):
+        cid = await _long_turn(on_a, scripted_provider, 0.005)
         refused = await on_b.post(f"/api/conversations/{cid}/messages", json={"content": "again"})
         assert refused.status_code == 409
         head = await read_stream(on_b, cid, stop_after=15)
@@ -151,9 +178,6 @@ async def test_a_client_on_another_replica_follows_resumes_and_stops_the_turn(
         assert (await on_b.post(f"/api/conversations/{cid}/stop")).status_code == 202
         cancelled = await _wait_status(on_a, cid, {"cancelled"}, within=15)
         assert 0 < len(cancelled["result"]["value"]) < len(LONG)
-    finally:
-        await on_a.aclose()
-        await on_b.aclose()
 
 
 async def test_losing_redis_mid_turn_loses_nothing(
@@ -161,13 +185,8 @@ async def test_losing_redis_mid_turn_loses_nothing(
     scripted_provider: ScriptedProvider,
     private_redis: tuple[str, subprocess.Popen[bytes]],
 ) -> None:
-    a, b = replicas
-    on_a = await new_user(a.base_url, "steady")
-    on_b = httpx.AsyncClient(base_url=b.base_url, cookies=on_a.cookies, headers=on_a.headers, timeout=30)
-    try:
-        scripted_provider.script(text(LONG, token_delay=0.01))
-        cid = (await on_a.post("/api/conversations", json={"title": "redis down"})).json()["id"]
-        await on_a.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
+    async with _one_user_on_both(replicas, "steady") as (on_a, on_b):
+        cid = await _long_turn(on_a, scripted_provider, 0.01)
         reading = asyncio.create_task(read_stream(on_b, cid))
         await asyncio.sleep(0.5)
         private_redis[1].kill()  # Redis goes away mid-turn
@@ -175,6 +194,94 @@ async def test_losing_redis_mid_turn_loses_nothing(
         stored = await _wait_status(on_a, cid, {"completed"})
         assert read.text == stored["result"]["value"] == LONG
         assert [e.seq for e in read.events] == list(range(1, len(read.events) + 1))
+
+
+async def _arrivals(client: httpx.AsyncClient, cid: int) -> dict[int, float]:
+    """When each event of the conversation's stream arrived (loop time, by seq)."""
+    loop = asyncio.get_running_loop()
+    arrived: dict[int, float] = {}
+
+    def stamp(events: list[Received]) -> bool:
+        arrived.setdefault(events[-1].seq, loop.time())
+        return False
+
+    await read_stream(client, cid, until=stamp)
+    return arrived
+
+
+async def test_live_events_reach_another_replica_through_redis_without_delay(
+    replicas: tuple[BackendProcess, BackendProcess], scripted_provider: ScriptedProvider
+) -> None:
+    """A client on replica B hears each event about when a client on replica A (which runs the
+    turn) does; with the log's fallback re-read 30 s apart, only Redis can carry them that fast."""
+    async with _one_user_on_both(replicas, "near") as (on_a, on_b):
+        scripted_provider.script(text(LONG, token_delay=0.01))
+        cid = (await on_a.post("/api/conversations", json={"title": "fan-out"})).json()["id"]
+        await on_a.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
+        on_a_times, on_b_times = await asyncio.gather(_arrivals(on_a, cid), _arrivals(on_b, cid))
+        assert on_a_times.keys() == on_b_times.keys()
+        # Events already in the log when B subscribed arrive in its first read; the rest are live.
+        added = sorted(on_b_times[seq] - on_a_times[seq] for seq in on_a_times if seq > 5)
+        assert len(added) > 20
+        assert added[len(added) // 2] < 0.25, added
+        assert added[-1] < FALLBACK_POLL_SECONDS / 3, added
+
+
+async def test_a_stop_sent_to_another_replica_without_redis_stops_the_turn(
+    replicas: tuple[BackendProcess, BackendProcess],
+    scripted_provider: ScriptedProvider,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    async with _one_user_on_both(replicas, "unbroken") as (on_a, on_b):
+        private_redis[1].kill()
+        cid = await _long_turn(on_a, scripted_provider, 0.03)
+        await read_stream(on_a, cid, stop_after=5)
+        asked = asyncio.get_running_loop().time()
+        assert (await on_b.post(f"/api/conversations/{cid}/stop")).status_code == 202
+        cancelled = await _wait_status(on_a, cid, {"cancelled"}, within=15)
+        assert asyncio.get_running_loop().time() - asked < 5
+        assert 0 < len(cancelled["result"]["value"]) < len(LONG)
+
+
+def test_several_workers_refuse_sqlite_with_the_fix(sqlite_url: str, tmp_path: Path) -> None:
+    env = backend_env(
+        sqlite_url, tmp_path / "data", "http://127.0.0.1:9/v1", CHAT_SHELL_REDIS_URL="redis://127.0.0.1:9/0"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "backend.cli", "serve", "--workers", "2", "--port", str(free_port())],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "--workers needs PostgreSQL" in done.stderr
+    assert "CHAT_SHELL_DATABASE_URL=postgresql" in done.stderr
+
+
+async def test_several_workers_on_postgres_and_redis_share_turns_and_stops(
+    postgres_url: str,
+    tmp_path: Path,
+    scripted_provider: ScriptedProvider,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    from tests.conftest import _off_loop
+    from tests.support import databases
+
+    _off_loop(lambda: databases.truncate_all(postgres_url))
+    env = backend_env(
+        postgres_url, tmp_path / "data", scripted_provider.base_url, CHAT_SHELL_REDIS_URL=private_redis[0]
+    )
+    server = await asyncio.to_thread(BackendProcess(env, tmp_path / "workers.log", "--workers", "2").start)
+    client = await new_user(server.base_url, "crowd")
+    try:
+        cid = await _long_turn(client, scripted_provider, 0.03)
+        head = await read_stream(client, cid, stop_after=5)
+        assert [e.seq for e in head.events] == [1, 2, 3, 4, 5]
+        assert (await client.post(f"/api/conversations/{cid}/stop")).status_code == 202
+        cancelled = await _wait_status(client, cid, {"cancelled"}, within=15)
+        assert cancelled["result"]["value"].startswith(head.text)
     finally:
-        await on_a.aclose()
-        await on_b.aclose()
+        await client.aclose()
+        server.stop()

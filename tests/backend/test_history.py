@@ -4,7 +4,6 @@ included), the turn capability's scope, and the context endpoint."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -13,15 +12,15 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from backend.app import create_app
-from backend.db import create_engine, session_factory
-from backend.models import Conversation, User
+from backend.models import Conversation, TurnStatus, User
 from backend.models.base import utcnow
-from backend.services import capabilities, turns
-from backend.services.history import resolve_history
+from backend.services.dashboard import rollups
+from backend.services.delivery import turns
+from backend.services.records.history import resolve_history
 from backend.settings import Settings
 from chat_shell.contracts import ChainMessage, ContextMetrics, ModelHistory, TurnResult
-from tests.support.api import new_user
+from tests.support.api import new_user, serve_with_owner
+from tests.support.capabilities import CAPABILITY_KEY, capability, end_turn, running_turn
 from tests.support.history import (
     CASES,
     NONE,
@@ -34,9 +33,7 @@ from tests.support.history import (
     summary,
 )
 from tests.support.scripted_provider import ScriptedProvider, text
-from tests.support.servers import serve
 
-SERVICE_TOKEN = "history-test-secret"
 LIMITS = (None, 0, 1, 2, 1000)
 
 
@@ -61,31 +58,10 @@ class World:
 
 
 @pytest.fixture
-async def world(
-    database_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
-) -> AsyncIterator[World]:
-    settings = make_settings(
-        database_url, openai_base_url=scripted_provider.base_url, service_token=SERVICE_TOKEN
-    )
-    engine = create_engine(database_url)
-    try:
-        async with serve(create_app(settings)) as base_url:
-            owner = await new_user(base_url, "owner")
-            sessions = session_factory(engine)
-            cases = await seed_cases(sessions, "owner")
-            yield World(base_url, owner, sessions, cases)
-            await owner.aclose()
-    finally:
-        await engine.dispose()
-
-
-def _key() -> bytes:
-    return capabilities.derive_key(SERVICE_TOKEN)
-
-
-def _capability(conversation_id: int, owner_id: int, *, seconds: int = 600, key: bytes | None = None) -> str:
-    grant = capabilities.Capability(conversation_id, owner_id, int(time.time()) + seconds)
-    return capabilities.mint(key or _key(), grant)
+async def world(database_url: str, chat_settings: Callable[..., Settings]) -> AsyncIterator[World]:
+    settings = chat_settings(database_url, capability_key=CAPABILITY_KEY)
+    async with serve_with_owner(settings, "owner") as (base_url, owner, sessions):
+        yield World(base_url, owner, sessions, await seed_cases(sessions, "owner"))
 
 
 async def _history(client: httpx.AsyncClient, conversation_id: int, **params: object) -> httpx.Response:
@@ -204,7 +180,8 @@ async def test_a_turn_that_ends_without_a_chain_keeps_the_checkpoint_it_stored(w
     async with world.sessions() as db, db.begin():
         lost = TurnResult(value="cut sho", termination_reason="internal_error")
         error = {"code": "runtime_unavailable", "message": "gone"}
-        await turns.finish_turn(db, started, "turn.failed", lost, error, utcnow(), 1)
+        await turns.finish_turn(db, started, TurnStatus.FAILED, lost, error, utcnow(), 1)
+        await rollups.write_staged(db)
     assert shape(await world.resolved(cid)) == [
         ("user", f"{SUMMARY_PREFIX}\nS-mid", SUMMARY),
         ("user", "go on", RETAINED),
@@ -215,12 +192,13 @@ async def test_a_turn_that_ends_without_a_chain_keeps_the_checkpoint_it_stored(w
 # -- the turn capability ---------------------------------------------------------------------
 
 
-async def test_a_capability_reads_its_conversation_only(world: World) -> None:
+async def test_a_capability_reads_its_conversation_only_while_its_turn_runs(world: World) -> None:
     owner_id = await world.owner_id()
     cid = world.cases["newest_checkpoint_wins"]
     other = world.cases["no_checkpoint"]
+    turn_id = await running_turn(world.sessions, cid)
     async with httpx.AsyncClient(base_url=world.base_url) as service:
-        service.headers["Authorization"] = f"Bearer {_capability(cid, owner_id)}"
+        service.headers["Authorization"] = f"Bearer {capability(turn_id, cid, owner_id)}"
         ok = await _history(service, cid)
         assert ok.status_code == 200
         assert ok.json() == (await _history(world.owner, cid)).json()
@@ -236,18 +214,37 @@ async def test_a_capability_reads_its_conversation_only(world: World) -> None:
         assert sent.status_code == 401
         assert (await service.get("/api/conversations")).status_code == 401
 
+        # The turn ends: the same capability, unexpired, reads nothing more.
+        await end_turn(world.sessions, turn_id)
+        ended = await _history(service, cid)
+        assert ended.status_code == 401 and ended.json()["code"] == "invalid_capability"
+        assert "ended" in ended.json()["message"]
+
 
 async def test_a_bad_capability_is_refused(world: World) -> None:
     owner_id = await world.owner_id()
     cid = world.cases["no_checkpoint"]
+    other = world.cases["newest_checkpoint_wins"]
+    turn_id = await running_turn(world.sessions, cid)
+    other_turn = await running_turn(world.sessions, other)
+    genuine = capability(turn_id, cid, owner_id)
     refused = {
-        "expired": (_capability(cid, owner_id, seconds=-1), 401),
-        "tampered": (_capability(cid + 1, owner_id).replace(f"cst1.{cid + 1}.", f"cst1.{cid}.", 1), 401),
-        "other key": (_capability(cid, owner_id, key=capabilities.derive_key("another-secret")), 401),
-        "garbage": ("cst1.not-a-capability", 401),
-        "wrong owner": (_capability(cid, owner_id + 1), 404),
+        "expired": (capability(turn_id, cid, owner_id, seconds=-1), 401),
+        "tampered": (genuine.replace(f"cst2.{turn_id}.{cid}.", f"cst2.{other_turn}.{cid}.", 1), 401),
+        # Right format, signed with what used to be the compose default, or with another key.
+        "default key": (capability(turn_id, cid, owner_id, key="change-me"), 401),
+        "other key": (capability(turn_id, cid, owner_id, key="another-secret"), 401),
+        "garbage": ("cst2.not-a-capability", 401),
+        "not numbers": ("cst2.1.2.3.x." + genuine.rpartition(".")[2], 401),
+        # Valid signatures, but for another conversation's turn.
+        "another conversation's turn": (capability(other_turn, cid, owner_id), 401),
+        "another conversation": (capability(other_turn, other, owner_id), 404),
+        "wrong owner": (capability(turn_id, cid, owner_id + 1), 404),
+        "unknown turn": (capability(other_turn + 100, cid, owner_id), 401),
     }
     async with httpx.AsyncClient(base_url=world.base_url) as service:
+        service.headers["Authorization"] = f"Bearer {genuine}"
+        assert (await _history(service, cid)).status_code == 200
         for defect, (token, status) in refused.items():
             service.headers["Authorization"] = f"Bearer {token}"
             response = await _history(service, cid)
@@ -266,19 +263,22 @@ async def test_other_users_see_nothing_of_the_model_view(world: World) -> None:
         await stranger.aclose()
 
 
-async def test_capabilities_are_refused_where_no_service_token_is_configured(
+async def test_capabilities_are_refused_where_no_capability_key_is_configured(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    async with serve(create_app(make_settings(sqlite_url))) as base_url:
-        owner = await new_user(base_url, "owner")
+    """Package mode without a key signs with a random one of its own: no capability from
+    outside reads anything, whatever key it was made with."""
+    settings = make_settings(sqlite_url)
+    async with serve_with_owner(settings, "owner") as (base_url, owner, sessions):
         cid = (await owner.post("/api/conversations", json={"title": "x"})).json()["id"]
-        await owner.aclose()
+        turn_id = await running_turn(sessions, cid)
         async with httpx.AsyncClient(base_url=base_url) as service:
-            response = await service.get(
-                f"/api/conversations/{cid}/history",
-                headers={"Authorization": f"Bearer {_capability(cid, 1)}"},
-            )
-    assert response.status_code == 401 and response.json()["code"] == "invalid_capability"
+            for key in (CAPABILITY_KEY, "change-me", ""):
+                response = await service.get(
+                    f"/api/conversations/{cid}/history",
+                    headers={"Authorization": f"Bearer {capability(turn_id, cid, 1, key=key)}"},
+                )
+                assert response.status_code == 401 and response.json()["code"] == "invalid_capability"
 
 
 # -- the context endpoint --------------------------------------------------------------------

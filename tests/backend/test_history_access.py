@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,27 +15,23 @@ import pytest
 from langchain_core.tools import ToolException
 from sqlalchemy import select
 
-from backend.app import create_app
-from backend.db import create_engine, session_factory
 from backend.models import Message, User
-from backend.services import capabilities
-from backend.services.attachment_reader import DatabaseAttachmentReader
-from backend.services.originals import DatabaseHistoryBrowser, readable_text
+from backend.services.records.attachment_reader import DatabaseAttachmentReader
+from backend.services.records.originals import DatabaseHistoryBrowser, readable_text
 from backend.settings import Settings
+from chat_shell.accounting.text_counter import TiktokenText
 from chat_shell.contracts import BackendAccess, HistoryBrowser
 from chat_shell.host.api import BackendApi
 from chat_shell.host.remote import RemoteAttachmentReader, RemoteHistoryBrowser
 from chat_shell.tools.history_tools import HistoryToolSession, list_history, read_message
-from chat_shell.tools.read_attachment import MESSAGE_OVERHEAD_TOKENS
-from tests.support.api import new_user
+from chat_shell.tools.pages import MESSAGE_OVERHEAD_TOKENS
+from tests.support.api import new_user, serve_with_owner
 from tests.support.attachments import count_tokens
+from tests.support.capabilities import CAPABILITY_KEY, capability, running_turn
 from tests.support.files import corrupt, docx_bytes, log_bytes
 from tests.support.history import Seeder, ai, call, retained, summary, text_blocks, tool
 from tests.support.scripted_provider import ScriptedProvider, text
-from tests.support.servers import serve
 from tests.support.uploads import upload_ok
-
-SERVICE_TOKEN = "access-secret"
 
 
 @dataclass
@@ -48,31 +43,24 @@ class Backend:
     sessions: Any
     http: httpx.AsyncClient
 
-    def remote_api(self, conversation_id: int) -> BackendApi:
-        grant = capabilities.Capability(conversation_id, self.owner_id, int(time.time()) + 600)
-        token = capabilities.mint(capabilities.derive_key(SERVICE_TOKEN), grant)
+    async def remote_api(self, conversation_id: int) -> BackendApi:
+        """What chat_shell reads with during a turn of the conversation: its capability."""
+        turn_id = await running_turn(self.sessions, conversation_id)
+        token = capability(turn_id, conversation_id, self.owner_id)
         return BackendApi(self.http, BackendAccess(base_url=self.base_url, capability=token))
 
 
 @pytest.fixture
-async def backend(
-    sqlite_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
-) -> AsyncIterator[Backend]:
-    settings = make_settings(
-        sqlite_url, openai_base_url=scripted_provider.base_url, service_token=SERVICE_TOKEN
-    )
-    engine = create_engine(sqlite_url)
-    try:
-        async with serve(create_app(settings)) as base_url, httpx.AsyncClient() as http:
-            owner = await new_user(base_url, "owner")
-            sessions = session_factory(engine)
-            async with sessions() as db:
-                owner_id = await db.scalar(select(User.id).where(User.username == "owner"))
-            assert owner_id is not None
-            yield Backend(base_url, owner, owner_id, settings, sessions, http)
-            await owner.aclose()
-    finally:
-        await engine.dispose()
+async def backend(sqlite_url: str, chat_settings: Callable[..., Settings]) -> AsyncIterator[Backend]:
+    settings = chat_settings(sqlite_url, capability_key=CAPABILITY_KEY)
+    async with (
+        serve_with_owner(settings, "owner") as (base_url, owner, sessions),
+        httpx.AsyncClient() as http,
+    ):
+        async with sessions() as db:
+            owner_id = await db.scalar(select(User.id).where(User.username == "owner"))
+        assert owner_id is not None
+        yield Backend(base_url, owner, owner_id, settings, sessions, http)
 
 
 async def _outcome(pending: Awaitable[Any]) -> Any:
@@ -116,7 +104,7 @@ async def _seed_long_conversation(backend: Backend) -> tuple[int, int]:
                     "args": {},
                     "output": output,
                 },
-                "Done.",
+                "\n\nDone.",
             ),
             value="Running.\n\nDone.",
         )
@@ -129,7 +117,9 @@ async def _seed_long_conversation(backend: Backend) -> tuple[int, int]:
 def _session(
     browser: HistoryBrowser, conversation_id: int, budget: int, before: int = 10_000
 ) -> HistoryToolSession:
-    return HistoryToolSession(conversation_id, before, browser, lambda _: budget, count_tokens, max_calls=500)
+    return HistoryToolSession(
+        conversation_id, before, browser, lambda _: budget, TiktokenText(), max_calls=500
+    )
 
 
 async def _read_all(session: HistoryToolSession, message_id: int) -> tuple[str, list[dict[str, Any]]]:
@@ -153,7 +143,7 @@ async def test_read_message_pages_a_huge_original_within_budget_identically_in_b
 ) -> None:
     cid, big = await _seed_long_conversation(backend)
     package = _session(DatabaseHistoryBrowser(backend.sessions), cid, 4_000)
-    remote = _session(RemoteHistoryBrowser(backend.remote_api(cid)), cid, 4_000)
+    remote = _session(RemoteHistoryBrowser(await backend.remote_api(cid)), cid, 4_000)
     text_package, pages = await _read_all(package, big)
     text_remote, remote_pages = await _read_all(remote, big)
     assert pages == remote_pages
@@ -163,7 +153,8 @@ async def test_read_message_pages_a_huge_original_within_budget_identically_in_b
         )
         assert row is not None
         assert text_package == text_remote == readable_text(row)
-    assert "[tool call: generate_report {}]" in text_package and text_package.endswith("Done.")
+    assert "[tool call: generate_report {}]" in text_package
+    assert text_package.endswith("[end of tool output]\n\nDone.")  # one break between the parts
     assert len(pages) > 10
     # Pages are full: each holds close to the budget, not a timid fraction of it.
     assert min(count_tokens(json.dumps(p, ensure_ascii=False)) for p in pages[:-1]) > 3_000
@@ -177,7 +168,10 @@ async def test_read_message_pages_a_huge_original_within_budget_identically_in_b
 async def test_list_history_pages_back_through_everything_without_gaps(backend: Backend) -> None:
     cid, big = await _seed_long_conversation(backend)
     current = big + 5  # the turn after "current"
-    for browser in (DatabaseHistoryBrowser(backend.sessions), RemoteHistoryBrowser(backend.remote_api(cid))):
+    for browser in (
+        DatabaseHistoryBrowser(backend.sessions),
+        RemoteHistoryBrowser(await backend.remote_api(cid)),
+    ):
         session = _session(browser, cid, 15_000, before=current)
         seen: list[tuple[int, bool]] = []
         before = None
@@ -211,13 +205,13 @@ async def test_the_history_tools_read_only_their_own_conversation(backend: Backe
     theirs = (await stranger.post("/api/conversations", json={"title": "theirs"})).json()["id"]
     await stranger.aclose()
     # A capability for one conversation cannot be pointed at another, even of the same owner.
-    wrong = RemoteHistoryBrowser(backend.remote_api(mine))
+    wrong = RemoteHistoryBrowser(await backend.remote_api(mine))
     with pytest.raises(LookupError):
         await wrong.read(cid, 1, 0, 100)
     with pytest.raises(LookupError):
         await wrong.outline(cid, None, 5)
     for target in (mine, theirs):
-        misdirected = RemoteHistoryBrowser(backend.remote_api(cid))
+        misdirected = RemoteHistoryBrowser(await backend.remote_api(cid))
         with pytest.raises(LookupError):
             await misdirected.read(target, 1, 0, 100)
     # Messages of another conversation are not addressable from this one.
@@ -225,7 +219,7 @@ async def test_the_history_tools_read_only_their_own_conversation(backend: Backe
     with pytest.raises(ToolException, match="not part of this conversation"):
         await read_message(session, big)
     limited = HistoryToolSession(
-        cid, 10_000, DatabaseHistoryBrowser(backend.sessions), lambda _: 15_000, count_tokens, max_calls=1
+        cid, 10_000, DatabaseHistoryBrowser(backend.sessions), lambda _: 15_000, TiktokenText(), max_calls=1
     )
     await list_history(limited)
     with pytest.raises(ToolException, match="at most 1 times per turn"):
@@ -265,7 +259,7 @@ async def test_the_remote_attachment_reader_reads_what_the_package_reader_reads(
         ("tail", (0,)),
     ]
     for conversation in (cid, fork):
-        remote = RemoteAttachmentReader(backend.remote_api(conversation))
+        remote = RemoteAttachmentReader(await backend.remote_api(conversation))
         for attachment in (log, broken, gone, foreign, 987_654):
             for method, args in checks:
                 answers = [
@@ -274,7 +268,7 @@ async def test_the_remote_attachment_reader_reads_what_the_package_reader_reads(
                 ]
                 assert answers[0] == answers[1], (conversation, attachment, method, args)
     # The answers differ by case: the log reads, the rest tell the model why not.
-    remote = RemoteAttachmentReader(backend.remote_api(cid))
+    remote = RemoteAttachmentReader(await backend.remote_api(cid))
     assert len((await remote.read(cid, log, 1_234, 1_200_000)).text) == 1_200_000
     assert "deleted" in (await _outcome(remote.read(cid, gone, 0, 10)))[1]
     assert (await remote.describe(cid, broken)).status == "failed"

@@ -26,11 +26,11 @@ from backend.runtime_factory import create_service_app
 from backend.settings import Settings
 from tests.support import databases
 from tests.support.api import new_user
-from tests.support.history import CASES, seed_cases
+from tests.support.capabilities import CAPABILITY_KEY, SERVICE_TOKEN
+from tests.support.history import CASES, SUMMARY_PREFIX, seed_cases
 from tests.support.scripted_provider import Reply, ScriptedProvider, ScriptedToolCall, text
 from tests.support.servers import free_port, serve
 
-SERVICE_TOKEN = "modes-secret"
 HISTORY_TOOLS = {"list_history", "read_message"}
 
 
@@ -90,6 +90,7 @@ async def open_modes(
         data_dir=tmp_path / "s",
         runtime_mode="service",
         service_token=SERVICE_TOKEN,
+        capability_key=CAPABILITY_KEY,
         backend_url=f"http://127.0.0.1:{backend_port}",
         **settings,
     )
@@ -227,6 +228,7 @@ async def test_a_service_that_cannot_reach_the_backend_fails_the_turn_clearly(
             runtime_mode="service",
             service_url=shell_url,
             service_token=SERVICE_TOKEN,
+            capability_key=CAPABILITY_KEY,
             backend_url="http://127.0.0.1:9",  # nothing listens there
         )
         async with serve(create_app(settings)) as base_url:
@@ -240,3 +242,36 @@ async def test_a_service_that_cannot_reach_the_backend_fails_the_turn_clearly(
     assert reply["status"] == "failed"
     assert reply["result"]["error"]["code"] == "history_unavailable"
     assert scripted_provider.requests == []  # the model is never called without its history
+
+
+VERSION_CASES = ("checkpoint_on_another_version", "older_version_shown_again", "edit_below_a_checkpoint")
+
+
+def _summaries(history: dict) -> list[str]:
+    return [m["content"] for m in history["messages"] if "summary_compacted" in m.get("metadata", {})]
+
+
+async def test_every_version_gives_the_model_the_same_bytes_in_both_modes(modes: Modes) -> None:
+    """Each version of each versions case shown in turn: both modes resolve the same history
+    (a checkpoint only where it is on that version's path) and send the same request."""
+    for case in VERSION_CASES:
+        cid = modes.package.cases[case]
+        page = (await modes.package.client.get(f"/api/conversations/{cid}/messages")).json()["items"]
+        versions = sorted({v for m in page for v in m.get("versions") or []})
+        assert len(versions) >= 2, case
+        for message_id in versions:
+            for mode in (modes.package, modes.service):
+                shown = await mode.client.post(
+                    f"/api/conversations/{cid}/versions", json={"message_id": message_id}
+                )
+                assert shown.status_code == 200, (mode.name, shown.text)
+            package_history, service_history = await modes.both(f"/api/conversations/{cid}/history")
+            assert package_history == service_history, (case, message_id)
+            if case == "checkpoint_on_another_version":
+                # Message 3 ("two") made the checkpoint at 4; its edit (5) has none above it.
+                expected = [f"{SUMMARY_PREFIX}\nS-other: one, two"] if message_id == 3 else []
+                assert _summaries(package_history) == expected, message_id
+            sent = {}
+            for mode in (modes.package, modes.service):
+                sent[mode.name] = await modes.turn(mode, case, "Where are we?", text("Here."))
+            assert json.dumps(sent["package"][0]) == json.dumps(sent["service"][0]), (case, message_id)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import Float, create_engine, literal, select
 
-from backend.services.percentiles import MS_BOUNDS, Bin, bin_case, bin_index, merge, percentile
+from backend.services.dashboard.percentiles import MS_BOUNDS, Bin, bin_case, bin_index, merge, percentile
 
 
 def binned(values: list[float]) -> list[Bin]:

@@ -15,9 +15,11 @@ from backend.runtime_factory import (
     create_service_app,
     runtime_config,
 )
+from backend.secret_policy import WeakSecret
 from backend.settings import Settings
-from chat_shell.remote import RemoteChatShell
 from chat_shell.runtime import ChatShell
+from chat_shell.service_client import RemoteChatShell
+from tests.support.capabilities import SERVICE_TOKEN
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import serve
 from tests.support.turns import collect, deltas, make_request
@@ -45,18 +47,18 @@ def test_package_mode_builds_an_in_process_runtime_with_profile_overrides(tmp_pa
 
 def test_service_mode_builds_a_client(tmp_path: Path) -> None:
     settings = _settings(
-        tmp_path, runtime_mode="service", service_url="http://127.0.0.1:8100", service_token="tok"
+        tmp_path, runtime_mode="service", service_url="http://127.0.0.1:8100", service_token=SERVICE_TOKEN
     )
     assert isinstance(build_runtime(settings), RemoteChatShell)
 
 
 def test_service_mode_without_a_token_fails_with_the_fix(tmp_path: Path) -> None:
     settings = _settings(tmp_path, runtime_mode="service", openai_base_url="http://127.0.0.1:9/v1")
-    with pytest.raises(RuntimeConfigurationError, match="CHAT_SHELL_SERVICE_TOKEN"):
+    with pytest.raises(WeakSecret, match=r"CHAT_SHELL_SERVICE_TOKEN is not set.*token_urlsafe"):
         build_runtime(settings)
-    with pytest.raises(RuntimeConfigurationError, match="CHAT_SHELL_SERVICE_TOKEN"):
+    with pytest.raises(WeakSecret, match=r"CHAT_SHELL_SERVICE_TOKEN is not set.*token_urlsafe"):
         create_service_app(settings)
-    with pytest.raises(RuntimeConfigurationError, match="CHAT_SHELL_SERVICE_TOKEN"):
+    with pytest.raises(WeakSecret, match=r"CHAT_SHELL_SERVICE_TOKEN is not set.*token_urlsafe"):
         create_app(settings)
 
 
@@ -74,12 +76,14 @@ def test_an_api_key_alone_means_the_openai_endpoint(tmp_path: Path) -> None:
 async def test_the_service_app_runs_turns_from_settings(
     tmp_path: Path, scripted_provider: ScriptedProvider
 ) -> None:
-    settings = _settings(tmp_path, openai_base_url=scripted_provider.base_url, service_token="tok")
+    settings = _settings(tmp_path, openai_base_url=scripted_provider.base_url, service_token=SERVICE_TOKEN)
     scripted_provider.script(text("served"))
     async with serve(create_service_app(settings)) as url:
         async with httpx.AsyncClient(base_url=url) as client:
             assert (await client.get("/healthz")).status_code == 200
-        client_settings = _settings(tmp_path, runtime_mode="service", service_url=url, service_token="tok")
+        client_settings = _settings(
+            tmp_path, runtime_mode="service", service_url=url, service_token=SERVICE_TOKEN
+        )
         remote = build_runtime(client_settings)
         events = await collect(remote, make_request())
         await remote.aclose()  # type: ignore[attr-defined]

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,35 +15,22 @@ from backend.db import SchemaNotReady, alembic_config, create_engine, session_fa
 from backend.models import User
 from backend.settings import Settings
 from tests.support.api import PASSWORD
+from tests.support.cli import run_cli
 from tests.support.servers import serve
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _cli(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "backend.cli", *args],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 async def test_cli_migrates_and_creates_an_operator(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}"
     env = {"CHAT_SHELL_DATABASE_URL": url, "CHAT_SHELL_DATA_DIR": str(tmp_path)}
-    before = _cli("create-user", "root", "--operator", env=env, stdin=PASSWORD + "\n")
+    before = run_cli("create-user", "root", "--operator", env=env, stdin=PASSWORD + "\n")
     assert before.returncode != 0 and "chat-shell migrate" in before.stderr + before.stdout
 
-    assert _cli("migrate", env=env).returncode == 0
-    assert _cli("migrate", env=env).returncode == 0  # idempotent
-    made = _cli("create-user", "root", "--operator", env=env, stdin=PASSWORD + "\n")
+    assert run_cli("migrate", env=env).returncode == 0
+    assert run_cli("migrate", env=env).returncode == 0  # idempotent
+    made = run_cli("create-user", "root", "--operator", env=env, stdin=PASSWORD + "\n")
     assert made.returncode == 0, made.stderr
     assert "created operator root" in made.stdout
-    weak = _cli("create-user", "other", env=env, stdin="short\n")
+    weak = run_cli("create-user", "other", env=env, stdin="short\n")
     assert weak.returncode != 0 and "at least" in weak.stderr
 
     engine = create_engine(url)

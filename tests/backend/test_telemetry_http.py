@@ -21,10 +21,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from backend.app import create_app
 from backend.logs import log_handler
 from backend.runtime_factory import create_service_app
+from backend.secret_policy import new_secret
 from backend.settings import Settings
 from chat_shell.providers.openai import ProviderConfig
 from chat_shell.runtime import ChatShell, RuntimeConfig
 from tests.support.api import new_operator, new_user
+from tests.support.capabilities import SERVICE_TOKEN
 from tests.support.scripted_provider import ScriptedProvider, text, tool_call
 from tests.support.servers import serve
 from tests.support.sse import read_stream
@@ -36,25 +38,23 @@ GRAFANA_DASHBOARD = (
     Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "chat-shell.json"
 )
 
-SCRAPE_TOKEN = "scrape-secret-123"
+SCRAPE_TOKEN = new_secret()
 SECRET = "my locker code is 5-5-2-8"
 # The only labels chat_shell's own series may carry: bounded sets, never ids.
 ALLOWED_LABELS = {"model_profile", "termination_reason", "purpose", "outcome", "strategy", "status", "le"}
 ALLOWED_LABELS |= {"otel_scope_name", "otel_scope_version", "otel_scope_schema_url"}
+# MCP tool metrics: the names of servers and tools the operator configured (a bounded set).
+ALLOWED_LABELS |= {"mcp_server", "tool"}
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @pytest.fixture
 async def metrics_server(
-    telemetry: Recorded,
-    sqlite_url: str,
-    make_settings: Callable[..., Settings],
-    scripted_provider: ScriptedProvider,
+    telemetry: Recorded, sqlite_url: str, chat_settings: Callable[..., Settings]
 ) -> AsyncIterator[str]:
-    settings = make_settings(
+    settings = chat_settings(
         sqlite_url,
-        openai_base_url=scripted_provider.base_url,
         telemetry_enabled=True,
         metrics_token=SCRAPE_TOKEN,
         context_window=16_384,
@@ -191,7 +191,8 @@ async def test_a_scrape_after_scripted_turns_shows_their_outcomes_tokens_and_str
     assert grew("chat_shell_model_calls_total", outcome="error") >= 1
     assert grew("chat_shell_model_input_tokens_total") > 0
     assert grew("chat_shell_model_output_tokens_total") > 0
-    assert grew("chat_shell_context_utilization_count") == 2
+    # One per turn that left a request (the completed, the refused and the overflowed one).
+    assert grew("chat_shell_context_utilization_count") == 3
     assert grew("chat_shell_time_to_first_token_milliseconds_count") == 1
     assert grew("chat_shell_stream_resumes_total") == 1
     assert _sum(after, "chat_shell_streams_active") == 0  # the stream closed again
@@ -226,12 +227,18 @@ async def test_turn_logs_carry_the_grep_keys_and_no_message_content_at_info(
     assert not [line for line in lines if SECRET in line or "5-5-2-8" in line]
 
 
+def _logger_into(buffer: io.StringIO, name: str, *, json_lines: bool) -> logging.Logger:
+    """A logger of its own that writes through the service's log handler into `buffer`."""
+    logger = logging.getLogger(name)
+    logger.propagate = False
+    logger.addHandler(log_handler(json_lines=json_lines, stream=buffer))
+    logger.setLevel(logging.INFO)
+    return logger
+
+
 def test_json_log_lines_carry_the_trace_and_span_of_the_work(telemetry: Recorded) -> None:
     buffer = io.StringIO()
-    logger = logging.getLogger("tests.json_lines")
-    logger.propagate = False
-    logger.addHandler(log_handler(json_lines=True, stream=buffer))
-    logger.setLevel(logging.INFO)
+    logger = _logger_into(buffer, "tests.json_lines", json_lines=True)
     with trace.get_tracer("tests").start_as_current_span("work") as span:
         logger.info("[TurnMetrics] turn=%s reason=%s", 7, "normal_completion", extra={"turn_id": 7})
     logger.info("outside any span")
@@ -246,10 +253,7 @@ def test_json_log_lines_carry_the_trace_and_span_of_the_work(telemetry: Recorded
 
 def test_text_log_lines_carry_the_trace_id(telemetry: Recorded) -> None:
     buffer = io.StringIO()
-    logger = logging.getLogger("tests.text_lines")
-    logger.propagate = False
-    logger.addHandler(log_handler(json_lines=False, stream=buffer))
-    logger.setLevel(logging.INFO)
+    logger = _logger_into(buffer, "tests.text_lines", json_lines=False)
     with trace.get_tracer("tests").start_as_current_span("work") as span:
         logger.info("[Persistence] turn=1")
     line = buffer.getvalue()
@@ -267,7 +271,7 @@ async def test_the_chat_shell_service_serves_its_metrics_to_the_scraper_token(
         sqlite_url,
         openai_base_url=scripted_provider.base_url,
         runtime_mode="service",
-        service_token="service-secret",
+        service_token=SERVICE_TOKEN,
         telemetry_enabled=True,
         metrics_token=SCRAPE_TOKEN,
     )
@@ -276,6 +280,6 @@ async def test_the_chat_shell_service_serves_its_metrics_to_the_scraper_token(
         httpx.AsyncClient(base_url=base_url) as client,
     ):
         assert (await client.get("/metrics")).status_code == 401
-        for token in (SCRAPE_TOKEN, "service-secret"):
+        for token in (SCRAPE_TOKEN, SERVICE_TOKEN):
             response = await client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
             assert response.status_code == 200 and "target_info" in response.text

@@ -21,9 +21,7 @@ def make_shell(scripted_provider: ScriptedProvider) -> MakeShell:
     def factory(
         *, timeout: float = 10.0, max_retries: int = 0, base_url: str | None = None, **options: Any
     ) -> ChatShell:
-        shell_options = {
-            k: options.pop(k) for k in ("tools", "guard_factory", "history_loader") if k in options
-        }
+        shell_options = {k: options.pop(k) for k in ("tools", "guard_factory") if k in options}
         config = RuntimeConfig(
             provider=ProviderConfig(
                 base_url=base_url or scripted_provider.base_url,

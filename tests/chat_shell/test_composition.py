@@ -48,7 +48,7 @@ def _first_call_only_trims() -> Any:
     calls = 0
 
     def factory(context: Any) -> Any:
-        from chat_shell.guard.passthrough import PassthroughGuard
+        from tests.chat_shell.passthrough_guard import PassthroughGuard
 
         class FirstCallOnly(PassthroughGuard):
             async def __call__(self, state: dict[str, Any]) -> dict[str, Any]:

@@ -14,23 +14,23 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from chat_shell.contracts import (
     ChainMessage,
-    ChainMetadata,
     CompactionRecord,
     ContextCompactionEvent,
     ContextMetricsEvent,
     ToolBlock,
-    ToolCall,
     TurnCancelled,
     TurnCompleted,
     TurnEvent,
     TurnFailed,
 )
-from chat_shell.guard.passthrough import PassthroughGuard
 from chat_shell.guard.protocol import ContextRefused, GuardContext
 from chat_shell.messages.markers import with_markers
 from chat_shell.runtime import ChatShell
-from chat_shell.tools.registry import ToolRegistry, default_tools
+from chat_shell.tools.registry import ToolRegistry
 from tests.chat_shell.conftest import MakeShell
+from tests.chat_shell.passthrough_guard import PassthroughGuard
+from tests.support import history as entries
+from tests.support.report_tool import with_report_tool
 from tests.support.scripted_provider import (
     Reply,
     ScriptedProvider,
@@ -87,10 +87,10 @@ async def test_tool_loop_completes_with_events_blocks_chain_and_usage(
     types = [e.type for e in events]
     assert types[0] == "turn.started" and types[-1] == "turn.completed"
     assert types.index("tool.started") < types.index("tool.completed")
-    assert deltas(events) == "Let me look.Three orders found."
     result = _terminal(events).result
     assert result.termination_reason == "normal_completion"
-    assert result.value == "Let me look.\n\nThree orders found."
+    # What streamed is what is stored: the paragraph between the rounds is part of a delta.
+    assert deltas(events) == result.value == "Let me look.\n\nThree orders found."
     tool_block = result.blocks[1]
     assert [b.type for b in result.blocks] == ["text", "tool", "text"]
     assert isinstance(tool_block, ToolBlock) and tool_block.status == "completed"
@@ -120,23 +120,10 @@ async def test_history_with_markers_reaches_the_model_without_them(
     scripted_provider: ScriptedProvider, shell: ChatShell
 ) -> None:
     history = [
-        ChainMessage(
-            role="user",
-            content="Summary of earlier turns: the budget is 4000 EUR.",
-            id="summary-1",
-            metadata=ChainMetadata(summary_compacted=True, summary_version=1),
-        ),
-        ChainMessage(
-            role="assistant", content="", id="a-1", tool_calls=[ToolCall(id="c-1", name="generate_report")]
-        ),
-        ChainMessage(
-            role="tool",
-            content="[compact report]",
-            id="t-1",
-            tool_call_id="c-1",
-            metadata=ChainMetadata(compacted=True),
-        ),
-        ChainMessage(role="assistant", content="Report read.", id="a-2"),
+        entries.summary("the budget is 4000 EUR."),
+        entries.ai("", entries.call("c-1")),
+        entries.tool("c-1", "[compact report]", compacted=True),
+        entries.ai("Report read."),
     ]
     scripted_provider.script(text("ok"))
     await collect(
@@ -343,7 +330,7 @@ async def test_a_truncated_tool_call_is_retried_on_a_fresh_thread_with_guidance(
     )
     events = await collect(shell, make_request())
     result = _terminal(events).result
-    assert result.termination_reason == "normal_completion"
+    assert result.termination_reason == "normal_completion" and result.attempts == 2
     retry = scripted_provider.requests[2]["messages"]
     assert retry[-1]["role"] == "user" and "(Retry 1 of 3.)" in retry[-1]["content"]
     # Seeded from the state as it was: the first round is there, the truncated call is not.
@@ -391,7 +378,9 @@ async def test_a_refusing_guard_ends_the_turn_without_calling_the_provider(
     terminal = _terminal(events)
     assert isinstance(terminal, TurnFailed) and terminal.code == "context_refused"
     assert terminal.message == message
-    assert terminal.result.termination_reason == "context_refused" and terminal.result.value == message
+    # The refusal is the failure's message, never text of the reply (no model wrote it).
+    assert terminal.result.termination_reason == "context_refused"
+    assert terminal.result.value == terminal.partial == "" and terminal.result.blocks == []
     assert scripted_provider.requests == []
     assert not any(e.type == "message.delta" for e in events)
 
@@ -417,7 +406,7 @@ async def test_provider_failures_end_failed_with_the_partial_text(
     events = await collect(shell, make_request())
     terminal = _terminal(events)
     assert isinstance(terminal, TurnFailed) and terminal.code == code
-    assert terminal.partial == "Checking. \n\n" + partial if partial else terminal.partial == "Checking. "
+    assert terminal.partial == deltas(events) == ("Checking. \n\n" + partial if partial else "Checking. ")
     assert terminal.result.termination_reason == "provider_error"
     # The finished tool round is kept for the model; nothing half-done is.
     assert [e.role for e in terminal.result.messages_chain] == ["assistant", "tool"]
@@ -484,20 +473,25 @@ async def test_cancel_during_a_tool_keeps_finished_rounds_only(
         await asyncio.sleep(30)
         return "never"
 
-    shell = make_shell(tools=ToolRegistry([*default_tools().tools, slow_lookup]))
+    tools = with_report_tool()
+    tools.register(slow_lookup)
+    shell = make_shell(tools=tools)
     scripted_provider.script(
         tool_call("generate_report", {"rows": 1}, text="Step one."), tool_call("slow_lookup", {"query": "x"})
     )
     cancel = asyncio.Event()
-    events: list[TurnEvent] = []
 
-    async def cancel_when_tool_runs() -> None:
+    async def cancel_while_the_tool_runs() -> None:
         await started.wait()
-        cancel.set()
+        cancel.set()  # from another task, while the turn awaits the tool
 
-    watcher = asyncio.create_task(cancel_when_tool_runs())
-    events = await collect(shell, make_request(), cancel=cancel)
-    await watcher
+    events: list[TurnEvent] = []
+    watcher: asyncio.Task[None] | None = None
+    async for event in shell.run(make_request(), cancel):
+        events.append(event)
+        if event.type == "tool.started" and event.name == "slow_lookup":
+            watcher = asyncio.create_task(cancel_while_the_tool_runs())
+    assert watcher is not None and watcher.done()
     terminal = _terminal(events)
     assert isinstance(terminal, TurnCancelled) and terminal.partial == "Step one."
     slow_block = terminal.result.blocks[-1]
@@ -510,15 +504,45 @@ async def test_cancel_during_a_tool_keeps_finished_rounds_only(
     assert await shell.checkpoint_count() == 0
 
 
-async def test_a_caller_that_stops_listening_leaves_nothing_behind(
+async def test_cancel_while_waiting_for_the_provider_stops_at_once(
     scripted_provider: ScriptedProvider, shell: ChatShell
 ) -> None:
+    cancel, asked = asyncio.Event(), asyncio.Event()
+
+    def slow_reply(_: dict[str, Any]) -> Reply:
+        asked.set()
+        return Reply(hang=True)
+
+    scripted_provider.script(slow_reply)
+
+    async def cancel_once_asked() -> None:
+        await asked.wait()
+        cancel.set()  # from another task, while the turn awaits the first token
+
+    watcher = asyncio.create_task(cancel_once_asked())
+    started = asyncio.get_running_loop().time()
+    events = await collect(shell, make_request(), cancel=cancel)
+    await watcher
+    terminal = _terminal(events)
+    assert isinstance(terminal, TurnCancelled) and terminal.partial == ""
+    assert terminal.result.termination_reason == "cancelled"
+    assert asyncio.get_running_loop().time() - started < 10
+    assert await shell.checkpoint_count() == 0
+
+
+async def test_a_caller_that_stops_listening_leaves_nothing_behind(
+    scripted_provider: ScriptedProvider, shell: ChatShell, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="chat_shell.runtime")
     scripted_provider.script(text("a long answer " * 20, token_delay=0.02))
     stream = shell.run(make_request())
     async for event in stream:
         if event.type == "message.delta":
             break
     await stream.aclose()
+    # Stopped and cleaned up by the time `aclose` returns, not later by garbage collection.
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[Persistence]")]
+    assert "ending=abandoned" in line and line.endswith("deleted=True")
     assert await shell.checkpoint_count() == 0
 
 

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from chat_shell.api.app import create_service_app
-from chat_shell.contracts import TurnEvent, TurnRuntime
-from chat_shell.remote import RemoteChatShell
+from chat_shell.contracts import TextBlock, ToolBlock, TurnEvent, TurnRuntime
 from chat_shell.runtime import ChatShell
+from chat_shell.service_client import RemoteChatShell
 from tests.chat_shell.conftest import MakeShell
 from tests.support.scripted_provider import (
     Reply,
@@ -23,6 +23,7 @@ from tests.support.scripted_provider import (
     text,
 )
 from tests.support.servers import free_port, serve
+from tests.support.tcp_proxy import tcp_proxy
 from tests.support.turns import collect, deltas, make_request
 
 SERVICE_TOKEN = "service-secret"
@@ -35,9 +36,18 @@ class Placement:
     shell: ChatShell
 
 
+@pytest.fixture
+def provider_timeout() -> float:
+    """Generous, so a busy machine never turns a scripted reply into a timeout; the test that
+    wants a timeout parametrizes it down."""
+    return 10.0
+
+
 @pytest.fixture(params=["package", "service"])
-async def placement(request: pytest.FixtureRequest, make_shell: MakeShell) -> AsyncIterator[Placement]:
-    shell = make_shell(timeout=0.5)
+async def placement(
+    request: pytest.FixtureRequest, make_shell: MakeShell, provider_timeout: float
+) -> AsyncIterator[Placement]:
+    shell = make_shell(timeout=provider_timeout)
     if request.param == "package":
         yield Placement("package", shell, shell)
     else:
@@ -58,6 +68,9 @@ def _normalized(events: list[TurnEvent]) -> list[dict[str, Any]]:
             result["ttft_ms"] = None
             for entry in result["messages_chain"]:
                 entry["id"] = None
+            for request in result.get("requests", []):
+                for entry in request["entries"]:
+                    entry["message_id"] = None
         normalized.append(data)
     return normalized
 
@@ -93,8 +106,8 @@ async def test_a_tool_loop_streams_the_same_contract(
         "turn.completed",
     ]
     result = events[-1].result  # type: ignore[union-attr]
-    assert deltas(events) == "Let me check.Two orders, 3 units each."
-    assert result.value == "Let me check.\n\nTwo orders, 3 units each."
+    # What streamed is what is stored: the paragraph between the rounds is part of a delta.
+    assert deltas(events) == result.value == "Let me check.\n\nTwo orders, 3 units each."
     assert [b.type for b in result.blocks] == ["text", "tool", "tool", "text"]
     assert result.blocks[2].status == "error"
     assert [e.role for e in result.messages_chain] == ["assistant", "tool", "assistant", "tool", "assistant"]
@@ -110,6 +123,7 @@ async def test_a_provider_failure_keeps_the_partial_text(
     assert failed.partial == "Half of it" == deltas(events)  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("provider_timeout", [0.5])
 async def test_a_timeout_is_reported_with_its_code(
     scripted_provider: ScriptedProvider, placement: Placement
 ) -> None:
@@ -176,6 +190,34 @@ async def test_a_service_that_cannot_be_reached_still_ends_the_turn() -> None:
     assert [e.type for e in events] == ["turn.started", "turn.failed"]
     assert events[-1].code == "runtime_unavailable"  # type: ignore[union-attr]
     assert events[-1].result.termination_reason == "internal_error"  # type: ignore[union-attr]
+
+
+async def test_a_stream_broken_mid_turn_keeps_the_text_and_tools_it_showed(
+    scripted_provider: ScriptedProvider, make_shell: MakeShell
+) -> None:
+    scripted_provider.script(
+        Reply(
+            text="Let me check.",
+            tool_calls=[ScriptedToolCall(id="call_a", name="generate_report", args={"rows": 2, "seed": 3})],
+        ),
+        text("one two three four five six seven eight nine ten", token_delay=0.2),
+    )
+    async with serve(create_service_app(make_shell())) as url:
+        with tcp_proxy(url) as proxy:
+            remote = RemoteChatShell(proxy.base_url)
+            events: list[TurnEvent] = []
+            async for event in remote.run(make_request()):
+                events.append(event)
+                if event.type == "message.delta" and event.text.startswith("\n\n"):
+                    proxy.cut()  # the second round has begun
+            await remote.aclose()
+    failed = events[-1]
+    assert failed.type == "turn.failed" and failed.code == "runtime_unavailable"  # type: ignore[union-attr]
+    result = failed.result  # type: ignore[union-attr]
+    assert failed.partial == result.value == deltas(events)  # type: ignore[union-attr]
+    first, tool, second = result.blocks
+    assert first == TextBlock(text="Let me check.") and second.text.startswith("\n\none")
+    assert isinstance(tool, ToolBlock) and tool.status == "completed" and tool.output
 
 
 async def test_a_rejected_request_ends_the_turn_with_a_clear_failure(make_shell: MakeShell) -> None:

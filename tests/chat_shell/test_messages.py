@@ -9,10 +9,11 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 
 from chat_shell.agents.serializer import ChainValidationError, serialize_chain, validate_chain
 from chat_shell.agents.turn_context import TurnContext
-from chat_shell.contracts import ChainMessage, ChainMetadata, ToolCall
+from chat_shell.contracts import ChainMessage, ToolCall
 from chat_shell.messages.convert import initial_messages, to_chain, to_langchain, tool_output_text
 from chat_shell.messages.markers import is_summary, markers, with_markers
 from chat_shell.messages.tool_pairs import sanitize_tool_pairs
+from tests.support.history import ai, call, summary, tool
 from tests.support.turns import make_request
 
 
@@ -22,22 +23,9 @@ def _call(call_id: str, name: str = "generate_report") -> dict[str, object]:
 
 def test_chain_round_trip_keeps_markers_and_tool_calls() -> None:
     chain = [
-        ChainMessage(
-            role="user",
-            content="Summary of earlier turns: budget 4000 EUR",
-            id="s1",
-            metadata=ChainMetadata(summary_compacted=True, summary_version=1),
-        ),
-        ChainMessage(
-            role="assistant", content="", id="a1", tool_calls=[ToolCall(id="c1", name="t", args={"x": 1})]
-        ),
-        ChainMessage(
-            role="tool",
-            content="[compact]",
-            id="t1",
-            tool_call_id="c1",
-            metadata=ChainMetadata(compacted=True),
-        ),
+        summary("budget 4000 EUR"),
+        ai("", call("c1", "t", x=1)),
+        tool("c1", "[compact]", compacted=True),
     ]
     messages = [to_langchain(entry) for entry in chain]
     assert is_summary(messages[0])
@@ -54,7 +42,7 @@ def test_multimodal_tool_output_is_json_with_media_replaced() -> None:
     rendered = tool_output_text(content)
     assert json.loads(rendered) == [
         {"type": "text", "text": "chart attached"},
-        {"type": "text", "text": "[image_url omitted]"},
+        {"type": "text", "text": "[image_url image/png omitted]"},
     ]
     assert "base64" not in rendered and "{'type'" not in rendered
 
@@ -63,7 +51,8 @@ def test_initial_messages_order_and_stable_user_id() -> None:
     history = [ChainMessage(role="assistant", content="earlier answer", id="a0")]
     messages = initial_messages(make_request(3, "now", history=history), history, "be brief")
     assert [type(m) for m in messages] == [SystemMessage, AIMessage, HumanMessage]
-    assert messages[-1].id == "user-5" and messages[-1].content == "now"
+    # The id later histories give the same message (backend `resolve_history`), so counts carry over.
+    assert messages[-1].id == "u1-5" and messages[-1].content == "now"
     assert markers(messages[-1]).source_message_id == 5
     again = initial_messages(make_request(3, "now", history=history), history, "be brief")
     assert [m.id for m in again] == [m.id for m in messages]

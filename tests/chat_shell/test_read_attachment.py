@@ -17,16 +17,13 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode
 
 from backend.settings import Settings
+from chat_shell.accounting.budget import budget_for
+from chat_shell.accounting.text_counter import TiktokenText, text_counter_for
 from chat_shell.agents.builder import AttemptRuntime
 from chat_shell.host import TurnServices
 from chat_shell.providers.profiles import resolve_profile
-from chat_shell.tools.read_attachment import (
-    DEFAULT_MAX_CALLS,
-    MESSAGE_OVERHEAD_TOKENS,
-    ReadAttachmentSession,
-    read_attachment,
-    read_attachment_tool,
-)
+from chat_shell.tools.pages import DEFAULT_MAX_CALLS, MESSAGE_OVERHEAD_TOKENS
+from chat_shell.tools.read_attachment import ReadAttachmentSession, read_attachment, read_attachment_tool
 from chat_shell.tools.registry import TurnFacts, default_tools, tool_error_message
 from chat_shell.tools.turn_tools import TurnTools
 from tests.support.attachments import AttachmentWorld, attachment_world, count_tokens
@@ -42,7 +39,7 @@ async def world(sqlite_url: str, make_settings: Callable[..., Settings]) -> Asyn
 
 
 def session(world: AttachmentWorld, budget: int = 15_000, max_calls: int = 30) -> ReadAttachmentSession:
-    return ReadAttachmentSession(world.conversation_id, world.reader, budget, count_tokens, max_calls)
+    return ReadAttachmentSession(world.conversation_id, world.reader, budget, TiktokenText(), max_calls)
 
 
 async def page_through(
@@ -176,8 +173,9 @@ def turn_context(
     cid = conversation_id or world.conversation_id
     reader = None if without_reader else world.reader
     request = make_request(1, "read it", conversation_id=cid)
+    model = replace(resolve_profile("gpt-4o"), **profile)
     turn_tools = TurnTools.for_turn(
-        request, replace(resolve_profile("gpt-4o"), **profile), TurnServices(attachments=reader)
+        request, budget_for(model), text_counter_for(model), TurnServices(attachments=reader)
     )
 
     async def hook(state: dict[str, Any]) -> dict[str, Any]:

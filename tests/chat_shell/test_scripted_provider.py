@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import httpx
 import pytest
 from langchain_openai import ChatOpenAI
 
-from tests.support.scripted_provider import count_prompt_tokens, text
+from tests.support.scripted_provider import count_prompt_tokens, process_command, text
 from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,18 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def provider_process() -> Iterator[str]:
     port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.scripted_provider",
-            "--port",
-            str(port),
-            "--hidden-overhead",
-            "7",
-        ],
-        cwd=ROOT,
-    )
+    process = subprocess.Popen(process_command(port, "--hidden-overhead", "7"), cwd=ROOT)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -103,7 +103,8 @@ async def test_turn_metrics_count_the_outcome_calls_tokens_utilisation_and_time_
     assert (
         telemetry.total("chat_shell.model.output_tokens", **labels) == before["output"] + usage.output_tokens
     )
-    assert telemetry.total("chat_shell.context.utilization", **labels) == before["utilisation"] + 2
+    # One value per turn (not per model call), the meter's used over available input.
+    assert telemetry.total("chat_shell.context.utilization", **labels) == before["utilisation"] + 1
     assert telemetry.total("chat_shell.time_to_first_token", **labels) == before["ttft"] + 1
 
 

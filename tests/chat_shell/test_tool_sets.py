@@ -3,12 +3,14 @@ counted by the guard) only in turns that satisfy it; graphs are still compiled o
 
 from __future__ import annotations
 
+from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.tools import tool
 
 from chat_shell.contracts import ChainMessage, ChainMetadata
+from chat_shell.messages.markers import MARKER_KEY
 from chat_shell.tools.registry import ToolRegistry, TurnFacts, default_tools
-from chat_shell.tools.report import generate_report
 from tests.chat_shell.conftest import MakeShell
+from tests.support.report_tool import generate_report
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.turns import collect, make_request
 
@@ -48,10 +50,14 @@ def test_offered_sets_follow_the_conditions_and_are_cached() -> None:
     assert plain.names == ("generate_report",) and summarized.names == ("generate_report", "recall")
     assert registry.offered(TurnFacts(has_checkpoint=True)) is summarized
     assert [s["function"]["name"] for s in summarized.schemas] == ["generate_report", "recall"]
+
+
+def test_production_turns_offer_only_the_real_tools() -> None:
     builtin = default_tools()
-    assert builtin.offered(TurnFacts(has_checkpoint=True)).names == ("generate_report",)
+    assert builtin.names == ["read_attachment", "list_history", "read_message"]
+    assert builtin.offered(TurnFacts(has_checkpoint=True)).names == ()
+    assert builtin.offered(TurnFacts(has_attachments=True)).names == ("read_attachment",)
     assert builtin.offered(TurnFacts(has_checkpoint=True, can_browse_history=True)).names == (
-        "generate_report",
         "list_history",
         "read_message",
     )
@@ -75,3 +81,22 @@ async def test_a_conditional_tool_is_bound_and_counted_only_when_its_condition_h
     assert runs[1][1] > runs[0][1] == runs[2][1]  # the guard counts the schemas actually sent
     assert len(shell._graphs) == 1  # one compiled graph serves every tool set
     assert await shell.checkpoint_count() == 0
+
+
+def test_read_attachment_follows_a_summary_that_names_an_attachment_by_id() -> None:
+    builtin = default_tools()
+
+    def offered(*messages: BaseMessage) -> tuple[str, ...]:
+        return builtin.offered(TurnFacts.of_view(messages, can_browse_history=True)).names
+
+    summary = {MARKER_KEY: {"summary_compacted": True}}
+    naming = HumanMessage("The budget is in attachment ID 41 (notes.txt).", additional_kwargs=summary)
+    copied_header = HumanMessage(
+        "Read [Attachment 1/1 | ID: 41 | Name: a.log] later.", additional_kwargs=summary
+    )
+    silent = HumanMessage("The budget is 8000 EUR.", additional_kwargs=summary)
+    # The same words typed by the user name nothing: only a summary stands in for lost messages.
+    typed = HumanMessage("What is in attachment ID 41?")
+    assert offered(naming) == offered(copied_header) == ("read_attachment", "list_history", "read_message")
+    assert offered(silent) == ("list_history", "read_message")
+    assert offered(typed) == ()

@@ -9,13 +9,15 @@ import httpx
 from playwright.sync_api import Locator, Page, expect
 
 from backend.api.deps import SESSION_COOKIE
+from chat_shell.accounting.budget import PRE_TRIGGER_SHARE
 from tests.support.browser import Stack, api_client
 
 
-def start(page: Page, stack: Stack, username: str, path: str = "/") -> httpx.Client:
-    """Registers and logs in `username` through the API, gives the browser that session (the
-    login form has its own tests), opens `path`, and returns the API client."""
-    client = api_client(stack.base_url, username)
+def start(page: Page, stack: Stack, username: str, path: str = "/", *, register: bool = True) -> httpx.Client:
+    """Registers (unless the account exists) and logs in `username` through the API, gives the
+    browser that session (the login form has its own tests), opens `path`, and returns the API
+    client."""
+    client = api_client(stack.base_url, username, register=register)
     page.context.add_cookies(
         [
             {
@@ -37,11 +39,15 @@ def composer(page: Page) -> Locator:
 
 
 def send(page: Page, text: str) -> None:
-    """Types and sends a message; returns once its reply has appeared (running or not)."""
+    """Types and sends a message (Enter, or the Send button on a touch screen); returns once its
+    reply has appeared (running or not)."""
     replies = page.locator(".msg.assistant")
     before = replies.count()
     composer(page).fill(text)
-    composer(page).press("Enter")
+    if page.evaluate("matchMedia('(pointer: coarse)').matches"):
+        page.get_by_role("button", name="Send").click()  # on a touch screen Enter adds a line
+    else:
+        composer(page).press("Enter")
     expect(replies).to_have_count(before + 1)
 
 
@@ -52,7 +58,7 @@ def last_assistant(page: Page) -> Locator:
 def wait_finished(page: Page, status: str = "completed", timeout: float = 20_000) -> Locator:
     reply = last_assistant(page)
     expect(reply).to_have_attribute("data-status", status, timeout=timeout)
-    expect(page.locator("#send")).to_be_visible()
+    expect(page.locator("#stop")).to_be_hidden()
     return reply
 
 
@@ -75,3 +81,16 @@ def stored_text(message: dict[str, Any]) -> str:
 
 def streamed_text(page: Page, message_id: int) -> str:
     return page.evaluate("(id) => window.chatShell.streamedText(id)", message_id)
+
+
+def meter_used(page: Page) -> int:
+    """The meter's used input tokens, as shown."""
+    value = page.locator("#context-meter [role=meter]").get_attribute("aria-valuenow")
+    assert value is not None
+    return int(value)
+
+
+def ahead_trigger(page: Page) -> int:
+    """The pre-trigger of compaction ahead of time, at the default share of the shown trigger."""
+    trigger = int(page.locator("#context-meter .meter-trigger").get_attribute("data-trigger") or 0)
+    return int(trigger * PRE_TRIGGER_SHARE)

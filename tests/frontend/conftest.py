@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
@@ -38,11 +39,17 @@ def browser(stack: Stack) -> Iterator[Browser]:
         browser.close()
 
 
-@pytest.fixture
-def page(browser: Browser, stack: Stack) -> Iterator[Page]:
+# The sizes the issue's checks use: a laptop, and a phone (touch, so `pointer: coarse`).
+SIZES: dict[str, dict[str, Any]] = {
+    "desktop": {"viewport": {"width": 1440, "height": 900}},
+    "phone": {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True},
+}
+
+
+def open_page(browser: Browser, stack: Stack, **options: Any) -> Iterator[Page]:
     """A fresh browser context (no cookies); uncaught page errors fail the test."""
     stack.provider.reset()
-    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    context = browser.new_context(**options)
     page = context.new_page()
     page.set_default_timeout(15_000)
     errors: list[str] = []
@@ -50,6 +57,17 @@ def page(browser: Browser, stack: Stack) -> Iterator[Page]:
     yield page
     context.close()
     assert not errors, f"uncaught errors in the page: {errors}"
+
+
+@pytest.fixture
+def page(browser: Browser, stack: Stack) -> Iterator[Page]:
+    yield from open_page(browser, stack, viewport={"width": 1280, "height": 860})
+
+
+@pytest.fixture(params=sorted(SIZES))
+def sized(request: pytest.FixtureRequest, browser: Browser, stack: Stack) -> Iterator[Page]:
+    """`page` at each of SIZES in turn."""
+    yield from open_page(browser, stack, **SIZES[request.param])
 
 
 @pytest.fixture

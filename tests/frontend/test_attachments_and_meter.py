@@ -6,15 +6,18 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.frontend.actions import (
+    ahead_trigger,
     composer,
     conversation_id,
+    meter_used,
     send,
     start,
     stored,
     wait_finished,
 )
 from tests.frontend.conftest import screenshot
-from tests.support.browser import Stack
+from tests.support.api import make_operator
+from tests.support.browser import Stack, run_off_loop
 
 pytestmark = pytest.mark.browser
 
@@ -99,24 +102,20 @@ def test_the_model_is_shown_the_dropped_file(page: Page, stack: Stack, username:
     assert "item 7: umbrella number 7" in seen
 
 
-def meter_used(page: Page) -> int:
-    value = page.locator("#context-meter [role=meter]").get_attribute("aria-valuenow")
-    assert value is not None
-    return int(value)
-
-
 def test_the_meter_moves_as_the_conversation_grows(page: Page, stack: Stack, username: str) -> None:
     start(page, stack, username)
     meter = page.locator("#context-meter")
     expect(meter).to_have_attribute("data-state", "empty")
     used = []
-    for words in (20, 300, 600):
+    # Three turns that stay under the pre-trigger of compaction ahead of time.
+    for words in (20, 200, 400):
         send(page, " ".join(f"fact{n}" for n in range(words)))
         wait_finished(page)
         used.append(meter_used(page))
     assert used[0] < used[1] < used[2], used
     expect(meter).to_have_attribute("data-state", "normal")
-    expect(meter.locator(".meter-text")).to_contain_text("/ 8.2k")
+    expect(meter.locator(".meter-text")).to_contain_text("/ 4.1k input")
+    assert used[-1] < ahead_trigger(page), used
     # Near the compaction threshold the meter turns to its warning colour.
     threshold = int(page.locator("#context-meter .meter-trigger").get_attribute("data-trigger") or 0)
     send(page, "apple " * (int(threshold * 0.94) - used[-1]))
@@ -134,3 +133,47 @@ def test_the_meter_moves_as_the_conversation_grows(page: Page, stack: Stack, use
     expect(meter).to_have_attribute("data-state", "warning")
     assert meter_used(page) == before
     composer(page).focus()
+
+
+def tokens_label(tokens: int) -> str:
+    """The compact figure the pill and the dashboard show (format.js `formatTokens`)."""
+    if tokens < 1000:
+        return str(tokens)
+    return f"{tokens / 1000:.1f}k" if tokens < 100_000 else f"{round(tokens / 1000)}k"
+
+
+def test_one_total_in_the_pill_the_panel_and_the_dashboard(page: Page, stack: Stack, username: str) -> None:
+    client = start(page, stack, username)
+    run_off_loop(make_operator(stack.database_url, username))
+    send(page, " ".join(f"fact{n}" for n in range(400)))
+    wait_finished(page)
+    cid = conversation_id(page)
+    (reply,) = [m for m in stored(client, cid) if m["role"] == "assistant"]
+    metrics = reply["result"]["context_metrics"]
+    used, available, window = metrics["used_input"], metrics["available_input"], metrics["context_window"]
+    assert available < window
+
+    meter = page.locator("#context-meter")
+    expect(meter.locator("[role=meter]")).to_have_attribute("aria-valuenow", str(used))
+    expect(meter.locator("[role=meter]")).to_have_attribute("aria-valuemax", str(available))
+    expect(meter.locator(".meter-text")).to_contain_text(
+        f"{tokens_label(used)} / {tokens_label(available)} input"
+    )
+    meter.locator(".meter-button").focus()
+    details = page.locator("#meter-details")
+    expect(details.locator(".meter-used-of")).to_have_text(
+        f"{used:,} of {available:,} input tokens; window {window:,}"
+    )
+    cells = details.locator("tr[data-source] td.num").all_inner_texts()
+    assert sum(int(cell.replace(",", "")) for cell in cells) == used
+    # The provider's fixed overhead is its own source; no system prompt is configured here.
+    expect(details.locator('tr[data-source="overhead"] td.num')).not_to_have_text("0")
+    expect(details.locator('tr[data-source="system"] td.num')).to_have_text(
+        str(metrics["breakdown"]["system"])
+    )
+
+    # The dashboard's drill-down of this conversation (other tests' conversations may fill the
+    # pressure table's top rows).
+    page.goto(f"{stack.base_url}/operators?window=1h&conversation={cid}")
+    latest = page.locator("#drill-tiles .tile", has_text="Latest used / available")
+    expect(latest).to_contain_text(f"{tokens_label(used)} / {tokens_label(available)}")

@@ -14,7 +14,16 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.frontend.actions import last_assistant, send, start, wait_finished
+from tests.frontend.actions import (
+    ahead_trigger,
+    conversation_id,
+    last_assistant,
+    meter_used,
+    send,
+    start,
+    stored,
+    wait_finished,
+)
 from tests.frontend.conftest import screenshot
 from tests.support.browser import (
     Stack,
@@ -86,7 +95,7 @@ def early_turns(count: int) -> list[dict[str, Any]]:
 def test_the_boundary_shows_where_earlier_messages_were_summarized(
     page: Page, stack: Stack, username: str
 ) -> None:
-    client = start(page, stack, username)
+    start(page, stack, username)
     done = record("completed", after_tokens=1500, summary_text=SUMMARY, duration_ms=2100.0)
     cid = seed_conversation(
         stack.database_url,
@@ -121,29 +130,41 @@ def test_the_boundary_shows_where_earlier_messages_were_summarized(
     expect(page.locator('#meter-details tr[data-source="summary"] td.num')).to_have_text("600")
     screenshot(page, "compaction-boundary")
 
-    # The model's view of the same conversation, or a clear note where the server has none.
+    # The seeded conversation never ran a turn: the model view says nothing was sent yet
+    # (the request as sent is tested in test_model_view).
     page.get_by_role("button", name="What the model sees").click()
     dialog = page.get_by_role("dialog", name="What the model sees")
     expect(dialog).to_be_visible()
-    if client.get(f"/api/conversations/{cid}/context").status_code == 404:
-        expect(dialog).to_contain_text("This server does not offer the model's view of a conversation yet.")
-    else:
-        expect(dialog.locator(".model-entry").first).to_be_visible()
+    expect(dialog.locator(".model-view-note")).to_have_text(
+        "Nothing has been sent to the model in this conversation yet."
+    )
     page.keyboard.press("Escape")
     expect(dialog).to_be_hidden()
+
+
+def _running_turn(
+    page: Page, stack: Stack, username: str, earlier: int, question: str, events: list[tuple[str, dict]]
+) -> tuple[int, int, int]:
+    """A conversation of `earlier` turns whose next turn is running and has logged `events`
+    after its start; (conversation, turn, reply message) ids."""
+    start(page, stack, username)
+    cid = seed_conversation(stack.database_url, username, question, early_turns(earlier))
+    turn_id, reply_id = seed_running_turn(stack.database_url, cid, question)
+    started = {"turn_id": turn_id, "message_id": reply_id, "model": "m", "profile": "m"}
+    append_turn_events(stack.database_url, turn_id, [("turn.started", started), *events])
+    return cid, turn_id, reply_id
 
 
 def test_compacting_survives_a_reload_mid_compaction_then_the_boundary_appears(
     page: Page, stack: Stack, username: str
 ) -> None:
-    start(page, stack, username)
-    cid = seed_conversation(stack.database_url, username, "Long trip", early_turns(3))
-    turn_id, reply_id = seed_running_turn(stack.database_url, cid, "Now plan day 4")
-    append_turn_events(
-        stack.database_url,
-        turn_id,
+    cid, turn_id, reply_id = _running_turn(
+        page,
+        stack,
+        username,
+        3,
+        "Now plan day 4",
         [
-            ("turn.started", {"turn_id": turn_id, "message_id": reply_id, "model": "m", "profile": "m"}),
             ("context.metrics", metrics(3600, "warning", phase="pre_turn")),
             ("context.compaction", record("started")),
             ("context.compaction", record("in_progress")),
@@ -201,16 +222,8 @@ def test_compacting_survives_a_reload_mid_compaction_then_the_boundary_appears(
 
 
 def test_a_failed_compaction_clears_the_indicator(page: Page, stack: Stack, username: str) -> None:
-    start(page, stack, username)
-    cid = seed_conversation(stack.database_url, username, "Fallback", early_turns(1))
-    turn_id, reply_id = seed_running_turn(stack.database_url, cid, "Continue")
-    append_turn_events(
-        stack.database_url,
-        turn_id,
-        [
-            ("turn.started", {"turn_id": turn_id, "message_id": reply_id, "model": "m", "profile": "m"}),
-            ("context.compaction", record("started")),
-        ],
+    cid, turn_id, _ = _running_turn(
+        page, stack, username, 1, "Continue", [("context.compaction", record("started"))]
     )
     page.goto(f"{stack.base_url}/c/{cid}")
     meter = page.locator("#context-meter")
@@ -238,18 +251,21 @@ def test_a_failed_compaction_clears_the_indicator(page: Page, stack: Stack, user
 def test_a_live_compaction_shows_the_heartbeat_then_the_boundary(
     page: Page, stack: Stack, username: str
 ) -> None:
-    """A real summary compaction: the conversation outgrows the trigger, the summarizer (slowed)
-    runs while heartbeats arrive, then the boundary appears at the turn that compacted."""
+    """A real summary compaction inside a turn: the conversation stays under the pre-trigger of
+    compaction ahead of time, then one long message takes it past the trigger, so the turn
+    compacts inline; the summarizer (slowed) runs while heartbeats arrive, then the boundary
+    appears at the turn that compacted."""
     start(page, stack, username)
     for n in range(3):
-        send(page, f"Fact {n}: " + "budget 1200 EUR, April, Kyoto temples. " * 60)
+        send(page, f"Fact {n}: " + "budget 1200 EUR, April, Kyoto temples. " * 40)
         wait_finished(page)
+    assert meter_used(page) < ahead_trigger(page), "the history alone already reaches the pre-trigger"
     # The summarizer is slow (heartbeats arrive meanwhile); the answer comes after it.
     stack.provider.script_summaries(
         text("Summary of earlier turns: budget 1200 EUR, April, Kyoto.", first_token_delay=8.0)
     )
     stack.provider.script(text("Here is day 4."))
-    send(page, "Plan day 4 " + "with details " * 600)
+    send(page, "Plan day 4 " + "with details " * 1_100)
     meter = page.locator("#context-meter")
     expect(meter).to_have_attribute("data-state", "compacting", timeout=20_000)
     expect(meter.locator(".meter-compacting")).to_be_visible()
@@ -258,3 +274,47 @@ def test_a_live_compaction_shows_the_heartbeat_then_the_boundary(
     expect(page.locator(".boundary")).to_have_count(1)
     page.locator(".boundary summary").click()
     expect(page.locator(".boundary .summary-text")).to_contain_text("1200 EUR")
+
+
+def test_the_boundary_sits_where_the_stored_record_says_the_kept_tail_starts(
+    page: Page, stack: Stack, username: str
+) -> None:
+    """Whether the summary was made inside a turn or ahead of time after one, the line sits
+    where the stored record says."""
+    client = start(page, stack, username)
+    # Each message about a quarter of the 8k window's input: the history soon reaches the
+    # pre-trigger, and the compaction ahead of time (or, if a send overtakes it, the turn's own)
+    # stores a checkpoint on one of the replies.
+    records: list[dict[str, Any]] = []
+    for turn in range(8):
+        send(page, f"Turn {turn}: " + "apple " * 1_100)
+        wait_finished(page)
+        replies = [m for m in stored(client, conversation_id(page)) if m["role"] == "assistant"]
+        records = [
+            r
+            for reply in replies
+            for r in reply["result"].get("context_compactions", [])
+            if r["strategy"] in ("summary_compact", "summary_ahead") and r["status"] == "completed"
+        ]
+        if records:
+            break
+    assert records, "no summary compaction happened"
+    (record,) = records
+    first_kept = record["first_kept_message_id"]
+    assert first_kept is not None
+    page.reload()
+    boundary = page.locator(".boundary")
+    expect(boundary).to_have_count(1)
+    # The line sits right above the first message kept verbatim, the summary expands there.
+    expect(page.locator(".boundary + .msg")).to_have_attribute("data-message-id", str(first_kept))
+    shown = [
+        int(i or 0) for i in page.locator(".msg").evaluate_all("els => els.map(e => e.dataset.messageId)")
+    ]
+    summarized = [
+        int(i or 0)
+        for i in page.locator(".msg.is-summarized").evaluate_all("els => els.map(e => e.dataset.messageId)")
+    ]
+    assert summarized == [i for i in shown if i < first_kept] and summarized, (shown, summarized, first_kept)
+    boundary.locator("summary").click()
+    expect(boundary.locator(".summary-text")).to_have_text(record["summary_text"])
+    screenshot(page, "compaction-boundary-live")

@@ -10,7 +10,7 @@ stored directly besides, as the backend writes them when a compaction event arri
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -40,8 +40,7 @@ CHARTS = (
 )
 
 
-async def _store_compactions(database_url: str, username: str) -> int:
-    now = utcnow()
+async def _store_compactions(database_url: str, username: str, now: datetime) -> int:
     engine = create_engine(database_url)
     try:
         async with session_factory(engine)() as db, db.begin():
@@ -77,7 +76,7 @@ async def _success_rate(database_url: str) -> str:
             ).one()
     finally:
         await engine.dispose()
-    return f"{math.floor(100 * completed / attempts + 0.5)}%"  # Math.round, as the page rounds
+    return _percent(completed / attempts)
 
 
 def _send(client, conversation_id: int, content: str) -> dict:  # type: ignore[no-untyped-def]
@@ -86,6 +85,17 @@ def _send(client, conversation_id: int, content: str) -> dict:  # type: ignore[n
     )
     assert response.status_code == 200, response.text
     return response.json()
+
+
+def _percent(value: float) -> str:
+    return f"{math.floor(100 * value + 0.5)}%"  # Math.round, as the page rounds
+
+
+def _hover(page: Page, chart: str, *, across: float, down: float) -> None:
+    """Moves the mouse to a point of a chart's plot area, given as fractions of its size."""
+    box = page.locator(f"{chart} .u-over").bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] * across, box["y"] + box["height"] * down)
 
 
 def test_the_dashboard_charts_scripted_turns_and_drills_into_a_conversation(
@@ -105,7 +115,8 @@ def test_the_dashboard_charts_scripted_turns_and_drills_into_a_conversation(
         _send(client, overflowing, "Short question.")
     finally:
         stack.provider.context_window = None
-    hot = run_off_loop(_store_compactions(stack.database_url, username))
+    now = utcnow()
+    hot = run_off_loop(_store_compactions(stack.database_url, username, now))
 
     page.goto(f"{stack.base_url}/operators?window=1h")
     expect(page.locator("#dashboard")).to_have_attribute("data-loaded", "true")
@@ -113,7 +124,16 @@ def test_the_dashboard_charts_scripted_turns_and_drills_into_a_conversation(
     for chart in CHARTS:
         points = int(page.locator(f"#{chart}").get_attribute("data-points") or 0)
         assert points > 0, f"{chart} is empty"
-        expect(page.locator(f"#{chart} svg")).to_be_visible()
+        expect(page.locator(f"#{chart} canvas")).to_be_visible()
+    # Hovering the minute of the hot conversation's turn (6,900 of 7,000, three minutes ago)
+    # shows that minute's figure from the data endpoint in the chart's legend.
+    summary = client.get("/api/metrics/summary", params={"window": "1h"}).json()
+    window_start = datetime.fromisoformat(summary["window"]["start"])
+    minute = int((now - timedelta(minutes=3) - window_start) / timedelta(minutes=1))
+    highest = summary["turns"][minute]["utilization_max"]
+    assert highest >= 6_900 / 7_000
+    _hover(page, "#chart-utilization", across=minute / (len(summary["turns"]) - 1), down=0.5)
+    expect(page.locator("#chart-utilization .u-legend .u-series").nth(2)).to_contain_text(_percent(highest))
     tiles = page.locator("#tiles")
     expect(tiles).to_contain_text("Refusals")
     rate = run_off_loop(_success_rate(stack.database_url))
@@ -131,7 +151,11 @@ def test_the_dashboard_charts_scripted_turns_and_drills_into_a_conversation(
     drill = page.locator("#drill")
     expect(drill).to_have_attribute("data-loaded", "true")
     expect(drill.locator("#drill-title")).to_have_text(f"Conversation #{hot}")
-    assert int(page.locator("#drill-breakdown").get_attribute("data-points") or 0) > 0
+    # Four sources hold tokens (system, tool schemas, history, current input); history is the third.
+    assert int(page.locator("#drill-breakdown").get_attribute("data-points") or 0) == 4
+    _hover(page, "#drill-breakdown", across=0.5, down=2.5 / 4)
+    expect(page.locator("#drill-breakdown .u-legend")).to_contain_text("history")
+    expect(page.locator("#drill-breakdown .u-legend .u-series").nth(1)).to_contain_text("6.5k")
     history = page.locator("#drill-compactions tbody tr")
     expect(history).to_have_count(3)
     expect(history.first).to_contain_text("fallback")

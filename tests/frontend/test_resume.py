@@ -7,16 +7,8 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.frontend.actions import (
-    conversation_id,
-    last_assistant,
-    send,
-    start,
-    stored,
-    stored_text,
-    streamed_text,
-    wait_finished,
-)
+from tests.frontend import actions
+from tests.frontend.actions import last_assistant, send, start, wait_finished
 from tests.frontend.conftest import screenshot
 from tests.support.browser import Stack, api_client, log_in
 from tests.support.scripted_provider import text
@@ -32,9 +24,9 @@ STORY = (
 
 
 def _check_exact(page: Page, client: httpx.Client) -> None:
-    message = stored(client, conversation_id(page))[-1]
+    message = actions.stored(client, actions.conversation_id(page))[-1]
     assert message["status"] == "completed"
-    assert streamed_text(page, message["message_id"]) == stored_text(message) == STORY
+    assert actions.streamed_text(page, message["message_id"]) == actions.stored_text(message) == STORY
     reply = last_assistant(page)
     assert reply.inner_text().count("FIN-MARKER") == 1
     assert reply.locator("h2").count() == 1 and reply.locator("p", has_text="Paragraph 3:").count() == 1

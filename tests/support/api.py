@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import httpx
 from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from backend.db import create_engine, session_factory
+from backend.app import create_app
+from backend.db import create_engine, session_factory, transaction
 from backend.models import User
+from backend.services.records import auth
+from backend.settings import Settings
+from tests.support.servers import serve
 
 PASSWORD = "correct horse battery staple"
+# Test suites sign many users up from one address, and run many turns and streams per user:
+# their apps get roomy abuse limits; the tests of those limits set their own.
+ROOMY_LIMITS: dict[str, object] = {
+    "throttle_address_rate": "100000/minute",
+    "throttle_username_rate": "100000/minute",
+    "max_running_turns": 1000,
+    "max_open_streams": 1000,
+}
 
 
 async def register(client: httpx.AsyncClient, username: str, password: str = PASSWORD) -> dict:
@@ -32,6 +48,27 @@ async def new_user(base_url: str, username: str) -> httpx.AsyncClient:
     return await login(base_url, username)
 
 
+@asynccontextmanager
+async def signed_in(base_url: str, username: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A new user's client, closed on exit."""
+    client = await new_user(base_url, username)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def create_operator(database_url: str, username: str) -> None:
+    """A new operator account stored directly, as `chat-shell create-user NAME --operator` does
+    (for stacks where nobody registers without an invitation)."""
+    engine = create_engine(database_url)
+    try:
+        async with transaction(session_factory(engine)) as db:
+            await auth.create_user(db, auth.Passwords("CHEAPEST"), username, PASSWORD, operator=True)
+    finally:
+        await engine.dispose()
+
+
 async def make_operator(database_url: str, username: str) -> None:
     """Grants an existing account the operator flag (what `chat-shell create-user --operator` sets)."""
     engine = create_engine(database_url)
@@ -47,3 +84,17 @@ async def new_operator(base_url: str, database_url: str, username: str) -> httpx
         await register(anonymous, username)
     await make_operator(database_url, username)
     return await login(base_url, username)
+
+
+@asynccontextmanager
+async def serve_with_owner(
+    settings: Settings, username: str
+) -> AsyncIterator[tuple[str, httpx.AsyncClient, async_sessionmaker[AsyncSession]]]:
+    """The app on a loopback port, a signed-in client of a new user, and sessions on the
+    app's database (for seeding and checks)."""
+    engine = create_engine(settings.resolved_database_url)
+    try:
+        async with serve(create_app(settings)) as base_url, signed_in(base_url, username) as client:
+            yield base_url, client, session_factory(engine)
+    finally:
+        await engine.dispose()

@@ -9,7 +9,7 @@ compaction records).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,14 +19,15 @@ from typing import Any, TypeVar
 
 import httpx
 from playwright.sync_api import Browser, Page, Playwright
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select
 
 from backend.app import create_app
 from backend.db import create_engine, session_factory
 from backend.models import Conversation, Message, Turn, TurnEvent, TurnStatus, User
 from backend.models.base import utcnow
 from backend.settings import Settings
-from tests.support.api import PASSWORD
+from tests.support import databases
+from tests.support.api import PASSWORD, ROOMY_LIMITS
 from tests.support.scripted_provider import ScriptedProvider
 from tests.support.threaded_server import serve_in_thread
 
@@ -57,11 +58,20 @@ class Stack:
 
 
 @contextmanager
-def serve_stack(database_url: str, data_dir: Path, **settings: Any) -> Iterator[Stack]:
-    """The scripted provider and the backend (package mode) on loopback ports, in threads."""
+def serve_stack(
+    database_url: str,
+    data_dir: Path,
+    *,
+    models: Callable[[str], Path] | None = None,
+    **settings: Any,
+) -> Iterator[Stack]:
+    """The scripted provider and the backend (package mode) on loopback ports, in threads.
+    `models` writes a models file (CHAT_SHELL_MODELS) given the scripted provider's URL."""
     provider = ScriptedProvider()
     with serve_in_thread(provider.app) as provider_url:
         provider.base_url = f"{provider_url}/v1"
+        if models is not None:
+            settings["models"] = models(provider.base_url)
         values: dict[str, Any] = {
             "data_dir": data_dir,
             "database_url": database_url,
@@ -69,6 +79,7 @@ def serve_stack(database_url: str, data_dir: Path, **settings: Any) -> Iterator[
             "openai_base_url": provider.base_url,
             "telemetry_enabled": False,
             "sse_ping_seconds": 1.0,
+            **ROOMY_LIMITS,
         }
         values.update(settings)
         app = create_app(Settings(_env_file=None, **values))  # type: ignore[call-arg]
@@ -122,9 +133,7 @@ async def _seed(database_url: str, username: str, title: str, messages: Sequence
             ]
             for chunk in range(0, len(rows), 500):
                 await db.execute(insert(Message), rows[chunk : chunk + 500])
-            await db.execute(
-                update(Conversation).where(Conversation.id == conversation.id).values(updated_at=utcnow())
-            )
+            await databases.chain_messages(db, conversation.id)
             return conversation.id
     finally:
         await engine.dispose()
@@ -151,16 +160,26 @@ async def _running_turn(database_url: str, conversation_id: int, question: str) 
             conversation = await db.get_one(Conversation, conversation_id)
             number = conversation.next_message_id
             conversation.next_message_id = number + 2
-            asked = Message(conversation_id=conversation_id, message_id=number, role="user", content=question)
+            asked = Message(
+                conversation_id=conversation_id,
+                message_id=number,
+                role="user",
+                content=question,
+                parent_pk=conversation.current_leaf_pk,
+            )
+            db.add(asked)
+            await db.flush()
             reply = Message(
                 conversation_id=conversation_id,
                 message_id=number + 1,
                 role="assistant",
                 status="running",
                 result={"value": "", "blocks": []},
+                parent_pk=asked.id,
             )
-            db.add_all([asked, reply])
+            db.add(reply)
             await db.flush()
+            conversation.current_leaf_pk = reply.id
             # Another runner id: this process's runner never touches the turn; the test drives it.
             turn = Turn(
                 conversation_id=conversation_id,

@@ -3,7 +3,9 @@
 Each turn gets the model-visible history the backend's pipeline would resolve (SPEC 6.2): the
 newest checkpoint chain (from its summary on) plus every later turn, where a turn contributes
 its user text and its `messages_chain`. The user-visible record is kept beside it, so tests can
-check that compaction never touches it.
+check that compaction never touches it. With `ahead`, each turn that was not refused is followed
+by a compaction ahead of time (what the backend schedules at turn end), whose checkpoint replaces
+that turn's stored chain as the backend stores it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from chat_shell.contracts import ChainMessage, ChainMetadata, TurnEvent, TurnResult
+from backend.services.records.history import checkpoint_slice
+from chat_shell.contracts import (
+    AheadRequest,
+    ChainMessage,
+    ChainMetadata,
+    ContextCompactionEvent,
+    TurnEvent,
+    TurnResult,
+)
+from chat_shell.messages.convert import entry_id
 from chat_shell.runtime import ChatShell
 from tests.support.turns import collect, make_request
 
@@ -35,13 +46,6 @@ def chinese_text(chars: int, seed: int) -> str:
     return "".join(out)
 
 
-def checkpoint_slice(chain: list[ChainMessage]) -> list[ChainMessage] | None:
-    for index in range(len(chain) - 1, -1, -1):
-        if chain[index].metadata.summary_compacted:
-            return chain[index:]
-    return None
-
-
 @dataclass
 class Conversation:
     shell: ChatShell
@@ -53,6 +57,12 @@ class Conversation:
     events: list[list[TurnEvent]] = field(default_factory=list)
     # The turn (1-based) of the newest checkpoint, if any.
     checkpoint_turn: int | None = None
+    # Compact ahead of time after each turn (as the backend does at turn end).
+    ahead: bool = False
+    # Each turn's stored `messages_chain` (an ahead checkpoint replaces the turn's own chain).
+    stored: list[list[ChainMessage]] = field(default_factory=list)
+    # The final status of each compaction made ahead of time, per turn (None: none was due).
+    ahead_outcomes: list[ContextCompactionEvent | None] = field(default_factory=list)
 
     @property
     def turns(self) -> int:
@@ -68,13 +78,34 @@ class Conversation:
         self.events.append(events)
         self.results.append(result)
         self.visible.append((content, result.value))
-        checkpoint = checkpoint_slice(result.messages_chain)
-        if checkpoint is not None:
-            self.history = checkpoint
+        before = self.history
+        self._store(turn, content, result.messages_chain)
+        if self.ahead and result.termination_reason != "context_refused":
+            outcome = await self.shell.compact_ahead(
+                AheadRequest(
+                    conversation_id=self.conversation_id,
+                    owner_id=1,
+                    turn_id=turn,
+                    assistant_message_id=turn * 2,
+                    history=list(self.history),
+                    own_ids=[entry.id for entry in result.messages_chain if entry.id],
+                ),
+                lambda _: None,
+            )
+            self.ahead_outcomes.append(outcome)
+            if outcome is not None and outcome.checkpoint_chain:
+                self.stored.pop()
+                self.history = before
+                self._store(turn, content, outcome.checkpoint_chain)
+        return result
+
+    def _store(self, turn: int, content: str, chain: list[ChainMessage]) -> None:
+        self.stored.append(chain)
+        if any(entry.metadata.summary_compacted for entry in chain):
+            self.history = checkpoint_slice(chain)
             self.checkpoint_turn = turn
         else:
-            self.history = [*self.history, self.user_entry(turn, content), *result.messages_chain]
-        return result
+            self.history = [*self.history, self.user_entry(turn, content), *chain]
 
     def user_entry(self, turn: int, content: str) -> ChainMessage:
         """The user row as the backend's history pipeline returns it."""
@@ -82,7 +113,7 @@ class Conversation:
         return ChainMessage(
             role="user",
             content=content,
-            id=f"u{self.conversation_id}-{message_id}",
+            id=entry_id("user", self.conversation_id, message_id),
             metadata=ChainMetadata(
                 source_conversation_id=self.conversation_id,
                 source_message_id=message_id,

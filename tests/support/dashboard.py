@@ -2,8 +2,8 @@
 
 Written with bulk inserts straight into the tables the backend fills when turns finish
 (`turns`, `messages`, `compaction_events`), so a test can place figures at chosen times; the
-dashboard's hourly rollups get the same figures through the service's own staging
-(`services.rollups`), as finishing turns and recording compactions do.
+dashboard's hourly rollups get the same figures through the service's own staging and write
+(`services.dashboard.rollups`), as finishing turns and recording compactions do.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.models import CompactionEvent, Conversation, Message, Turn, User
-from backend.services import rollups
+from backend.services.dashboard import rollups
 
 
 @dataclass(frozen=True)
@@ -153,4 +153,5 @@ async def store_metrics(
     for chunk in range(0, len(compaction_rows), 2_000):
         await db.execute(insert(CompactionEvent), compaction_rows[chunk : chunk + 2_000])
     rollups.stage_compactions(db, [rollups.compaction_row(CompactionEvent(**row)) for row in compaction_rows])
+    await rollups.write_staged(db)
     return conversation.id

@@ -12,11 +12,14 @@ from pathlib import Path
 
 import asyncpg
 from alembic import command
-from sqlalchemy import text
+from sqlalchemy import select, text, update
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from backend.db import alembic_config, create_engine
-from backend.models import Base
+from backend.models import Base, Conversation, Message
+from backend.models.base import utcnow
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "CHAT_SHELL_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
@@ -39,13 +42,13 @@ def sqlite_copy(template: Path, directory: Path) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
 
-def _asyncpg_dsn(url: str) -> str:
+def asyncpg_dsn(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 async def postgres_available() -> bool:
     try:
-        connection = await asyncpg.connect(_asyncpg_dsn(POSTGRES_ADMIN_URL), timeout=5)
+        connection = await asyncpg.connect(asyncpg_dsn(POSTGRES_ADMIN_URL), timeout=5)
     except (OSError, asyncpg.PostgresError):
         return False
     await connection.close()
@@ -54,7 +57,7 @@ async def postgres_available() -> bool:
 
 async def create_postgres_database() -> str:
     name = f"chat_shell_test_{uuid.uuid4().hex[:12]}"
-    connection = await asyncpg.connect(_asyncpg_dsn(POSTGRES_ADMIN_URL))
+    connection = await asyncpg.connect(asyncpg_dsn(POSTGRES_ADMIN_URL))
     try:
         await connection.execute(f'CREATE DATABASE "{name}"')
     finally:
@@ -64,7 +67,7 @@ async def create_postgres_database() -> str:
 
 async def drop_postgres_database(url: str) -> None:
     name = make_url(url).database
-    connection = await asyncpg.connect(_asyncpg_dsn(POSTGRES_ADMIN_URL))
+    connection = await asyncpg.connect(asyncpg_dsn(POSTGRES_ADMIN_URL))
     try:
         await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
@@ -92,3 +95,29 @@ async def truncate_all(url: str) -> None:
     async with engine.begin() as connection:
         await connection.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
     await engine.dispose()
+
+
+async def chain_messages(db: AsyncSession, conversation_id: int) -> None:
+    """Rows inserted in bulk become one path: each message follows the one numbered before it,
+    and the newest is the conversation's leaf (what migration 0014 makes of older ones)."""
+    earlier = aliased(Message)
+    await db.execute(
+        update(Message)
+        .where(Message.conversation_id == conversation_id)
+        .values(
+            parent_pk=select(earlier.id)
+            .where(earlier.conversation_id == conversation_id, earlier.message_id < Message.message_id)
+            .order_by(earlier.message_id.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+    )
+    newest = select(Message.id).where(Message.conversation_id == conversation_id)
+    await db.execute(
+        update(Conversation)
+        .where(Conversation.id == conversation_id)
+        .values(
+            updated_at=utcnow(),
+            current_leaf_pk=newest.order_by(Message.message_id.desc()).limit(1).scalar_subquery(),
+        )
+    )

@@ -20,6 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.models import Conversation, Message, MessageStatus, Role, User
+from backend.services.records.lineage import find_visible_message, lineage
 from chat_shell.contracts import ChainMessage, ChainMetadata, TokenCount, ToolCall
 
 BASE_TIME = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
@@ -60,6 +61,8 @@ def stored(chain: Sequence[ChainMessage]) -> list[dict[str, Any]]:
 
 
 def text_blocks(*parts: str | dict[str, Any]) -> list[dict[str, Any]]:
+    """Blocks as the one fold of a turn's events stores them: text after a tool block opens
+    with the paragraph break the stream showed, so `value` is the texts concatenated."""
     return [{"type": "text", "text": part} if isinstance(part, str) else part for part in parts]
 
 
@@ -90,7 +93,16 @@ class Seeder:
         )
         self.db.add(conversation)
         await self.db.flush()
+        if parent is not None and at:
+            point = await find_visible_message(self.db, await lineage(self.db, parent), at)
+            assert point is not None, f"no message {at} to fork at"
+            conversation.current_leaf_pk = point.id
         return conversation
+
+    def go_on_from(self, conversation: Conversation, message: Message | None) -> None:
+        """The next message follows `message` (None: a new first message), making a new
+        version of the one that followed it before, as regenerate and edit do."""
+        conversation.current_leaf_pk = message.id if message is not None else None
 
     async def user_message(self, conversation: Conversation, text: str) -> Message:
         return await self._add(conversation, Role.USER, MessageStatus.COMPLETED, text, None)
@@ -142,10 +154,12 @@ class Seeder:
             ),
             created_at=stamp,
             updated_at=stamp,
+            parent_pk=conversation.current_leaf_pk,
         )
         conversation.next_message_id += 1
         self.db.add(message)
         await self.db.flush()
+        conversation.current_leaf_pk = message.id
         return message
 
 
@@ -187,7 +201,7 @@ async def _no_checkpoint(s: Seeder) -> Conversation:
         blocks=text_blocks(
             "Let me check.",
             {"type": "tool", "call_id": "call_p", "name": "generate_report", "args": {}, "output": "r" * 50},
-            "Prices are fine.",
+            "\n\nPrices are fine.",
         ),
     )
     await s.user_message(c, f"{SUMMARY_PREFIX} is how I start notes; keep the budget.")
@@ -254,7 +268,7 @@ async def _failed_partial(s: Seeder) -> Conversation:
                 "args": {"rows": 1},
                 "output": "report",
             },
-            "The answer is 4",
+            "\n\nThe answer is 4",
         ),
         error="the provider stream failed",
     )
@@ -274,6 +288,37 @@ async def _cancelled_checkpoint(s: Seeder) -> Conversation:
         blocks=text_blocks("Stopped hal"),
     )
     await s.turn(c, "three", ai("r3"))
+    return c
+
+
+async def _checkpoint_on_another_version(s: Seeder) -> Conversation:
+    c = await s.conversation("edited away from a checkpoint")
+    first = await s.turn(c, "one", ai("r1"))  # 1, 2
+    await s.turn(c, "two", summary("S-other: one, two"), retained("user", "two"), ai("r2"))  # 3, 4
+    s.go_on_from(c, first)  # "two" edited: a new version of message 3, beside the checkpoint
+    await s.turn(c, "two, edited", ai("r2b"))  # 5, 6
+    return c
+
+
+async def _older_version_shown_again(s: Seeder) -> Conversation:
+    c = await s.conversation("regenerated, then the first version shown again")
+    await s.turn(c, "one", ai("r1"))  # 1, 2
+    question = await s.user_message(c, "two")  # 3
+    first = await s.reply(c, chain=[ai("first version")])  # 4
+    s.go_on_from(c, question)
+    await s.reply(c, chain=[summary("S-v2: one, two"), retained("user", "two"), ai("second version")])  # 5
+    s.go_on_from(c, first)
+    return c
+
+
+async def _edit_below_a_checkpoint(s: Seeder) -> Conversation:
+    c = await s.conversation("edited between two checkpoints")
+    await s.turn(c, "one", ai("r1"))  # 1, 2
+    await s.turn(c, "two", summary("S-above: one, two"), retained("user", "two"), ai("r2"))  # 3, 4
+    third = await s.turn(c, "three", ai("r3"))  # 5, 6
+    await s.turn(c, "four", summary("S-below: one to four"), retained("user", "four"), ai("r4"))  # 7, 8
+    s.go_on_from(c, third)  # "four" edited: the checkpoint below the edit point is left behind
+    await s.turn(c, "four, edited", ai("r4b"))  # 9, 10
     return c
 
 
@@ -353,6 +398,41 @@ CASES = [
             ("assistant", "Stopped hal", NONE),
             ("user", "three", NONE),
             ("assistant", "r3", NONE),
+        ],
+    ),
+    # Versions in place: history follows the path to the current leaf, and only a checkpoint
+    # on that path opens it.
+    Case(
+        "checkpoint_on_another_version",
+        _checkpoint_on_another_version,
+        [
+            ("user", "one", NONE),
+            ("assistant", "r1", NONE),
+            ("user", "two, edited", NONE),
+            ("assistant", "r2b", NONE),
+        ],
+    ),
+    Case(
+        "older_version_shown_again",
+        _older_version_shown_again,
+        [
+            ("user", "one", NONE),
+            ("assistant", "r1", NONE),
+            ("user", "two", NONE),
+            ("assistant", "first version", NONE),
+        ],
+    ),
+    Case(
+        "edit_below_a_checkpoint",
+        _edit_below_a_checkpoint,
+        [
+            ("user", f"{SUMMARY_PREFIX}\nS-above: one, two", SUMMARY),
+            ("user", "two", RETAINED),
+            ("assistant", "r2", NONE),
+            ("user", "three", NONE),
+            ("assistant", "r3", NONE),
+            ("user", "four, edited", NONE),
+            ("assistant", "r4b", NONE),
         ],
     ),
 ]

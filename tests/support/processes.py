@@ -7,10 +7,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 
+from tests.support.api import ROOMY_LIMITS
 from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,17 +21,31 @@ ROOT = Path(__file__).resolve().parents[2]
 class BackendProcess:
     """`chat-shell serve` in its own process, as an operator would run it."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, *args: str, launcher: Sequence[str] = ()) -> None:
+        """`launcher` goes before the interpreter (a benchmark runs the process under valgrind)."""
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._env = {**os.environ, **env}
         self._log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
+        self._args = args
+        self._launcher = tuple(launcher)
 
-    def start(self, timeout: float = 60) -> BackendProcess:
+    def start(self, timeout: float = 180) -> BackendProcess:
         log = self._log_path.open("ab")
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "backend.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            [
+                *self._launcher,
+                sys.executable,
+                "-m",
+                "backend.cli",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                *self._args,
+            ],
             cwd=ROOT,
             env=self._env,
             stdout=log,
@@ -47,6 +63,11 @@ class BackendProcess:
             if time.monotonic() > deadline:
                 raise RuntimeError("backend did not become ready")
             time.sleep(0.1)
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, as in a crash."""
@@ -74,5 +95,6 @@ def backend_env(database_url: str, data_dir: Path, provider_url: str, **extra: s
         "CHAT_SHELL_PASSWORD_HASH_PROFILE": "CHEAPEST",
         "OPENAI_BASE_URL": provider_url,
         "OPENAI_API_KEY": "test",
+        **{f"CHAT_SHELL_{name.upper()}": str(value) for name, value in ROOMY_LIMITS.items()},
         **extra,
     }

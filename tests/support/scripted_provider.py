@@ -11,7 +11,7 @@ context window answers the real 400 `context_length_exceeded` body.
 
 Use in-process through the `scripted_provider` fixture, or in another process:
 `python -m tests.support.scripted_provider --port 8900 --tokens-per-second 50`; the control
-endpoints (`POST /_script`, `GET /_requests`, `POST /_reset`) script it over HTTP.
+endpoints (`POST /_script`, `GET /_requests`, `POST /_reset`, `POST /_step`) script it over HTTP.
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ import asyncio
 import functools
 import json
 import os
+import sys
 import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,10 +34,13 @@ import pytest
 import tiktoken
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from langchain_core.messages import convert_to_messages
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse
 
-from chat_shell.compression.summary_compactor import SUMMARIZER_ROLE
+from chat_shell.accounting.token_counter import TokenCounter
+from chat_shell.guard.stages.summary_compaction.prompts import SUMMARIZER_ROLE
+from chat_shell.providers.profiles import resolve_profile
 from tests.support.servers import serve
 
 
@@ -89,6 +94,9 @@ class Reply(BaseModel):
     # After `text`, this many tokens that each hold the provider's wall clock at emit time
     # (`<time.time_ns()> `): benchmarks measure delivery latency with them.
     clock_tokens: int = 0
+    # Each clock token after the first waits for a `POST /_step`: a benchmark that sends one when
+    # the last token arrived gets every token on its own, however slowly its client runs.
+    stepped: bool = False
 
 
 # A reply decided when the request arrives, from its parsed body.
@@ -175,6 +183,15 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
     return total
 
 
+def counted_as_sent(body: dict[str, Any]) -> int:
+    """The request as chat_shell counts it (the model's profile units): its messages, its tool
+    list and the reply priming; what the model view's total must equal for this request."""
+    counter = TokenCounter.for_profile(resolve_profile(body["model"]))
+    messages = convert_to_messages(body.get("messages", []))
+    # `count_messages` includes the reply priming.
+    return counter.count_messages(messages) + counter.count_tool_schemas(body.get("tools", []))
+
+
 def _split_tokens(content: str) -> list[str]:
     """The text as the model would stream it: one cl100k token per piece, whole characters only."""
     pieces: list[str] = []
@@ -214,6 +231,7 @@ class ScriptedProvider:
         self.summaries: deque[Reply | Responder] = deque()
         self.requests: list[dict[str, Any]] = []
         self._closing: asyncio.Event | None = None
+        self._steps: asyncio.Semaphore | None = None
         # Set by whoever serves `app` (the fixture): the OpenAI base URL, ending in `/v1`.
         self.base_url = ""
         self.app = self._build_app()
@@ -284,6 +302,11 @@ class ScriptedProvider:
             self.script(*replies)
             return {"queued": len(self.replies)}
 
+        @app.post("/_step")
+        async def step() -> dict[str, bool]:
+            self._step_gate().release()
+            return {"ok": True}
+
         @app.get("/_requests")
         async def recorded() -> list[dict[str, Any]]:
             return self.requests
@@ -294,6 +317,11 @@ class ScriptedProvider:
             return {"ok": True}
 
         return app
+
+    def _step_gate(self) -> asyncio.Semaphore:
+        if self._steps is None:
+            self._steps = asyncio.Semaphore(0)
+        return self._steps
 
     async def _wait_forever(self) -> None:
         if self._closing is None:
@@ -379,7 +407,9 @@ class ScriptedProvider:
                 await asyncio.sleep(delay)
             yield chunk({"content": piece})
         for index in range(reply.clock_tokens):
-            if delay and (index or reply.text):
+            if reply.stepped and index:
+                await self._step_gate().acquire()
+            elif delay and (index or reply.text):
                 await asyncio.sleep(delay)
             yield chunk({"content": f"{time.time_ns()} "})
         if reply.hang:
@@ -429,8 +459,8 @@ class ScriptedProvider:
         yield "[DONE]"
 
 
-@pytest.fixture
-async def scripted_provider() -> AsyncIterator[ScriptedProvider]:
+@asynccontextmanager
+async def served_provider() -> AsyncIterator[ScriptedProvider]:
     """A fresh scripted provider on a random loopback port; `provider.base_url` ends in `/v1`."""
     provider = ScriptedProvider()
     async with serve(provider.app) as base_url:
@@ -441,9 +471,20 @@ async def scripted_provider() -> AsyncIterator[ScriptedProvider]:
             provider.close()
 
 
+@pytest.fixture
+async def scripted_provider() -> AsyncIterator[ScriptedProvider]:
+    async with served_provider() as provider:
+        yield provider
+
+
 def iter_tokens(content: str) -> Iterator[str]:
     """The pieces the provider streams for `content` (tests compare deltas against them)."""
     yield from _split_tokens(content)
+
+
+def process_command(port: int, *options: str) -> list[str]:
+    """The command that serves the provider as its own process (`main`) on `port`."""
+    return [sys.executable, "-m", "tests.support.scripted_provider", "--port", str(port), *options]
 
 
 def main(argv: list[str] | None = None) -> None:

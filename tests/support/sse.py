@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from httpx_sse import aconnect_sse
 
-TERMINAL = frozenset({"turn.completed", "turn.failed", "turn.cancelled"})
+from chat_shell.contracts import TERMINAL_EVENT_TYPES
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class StreamRead:
 
     @property
     def terminal(self) -> Received | None:
-        return self.events[-1] if self.events and self.events[-1].event in TERMINAL else None
+        return self.events[-1] if self.events and self.events[-1].event in TERMINAL_EVENT_TYPES else None
 
 
 async def read_stream(
@@ -45,8 +46,10 @@ async def read_stream(
     after: int | None = None,
     turn_id: int | None = None,
     stop_after: int | None = None,
+    until: Callable[[list[Received]], bool] | None = None,
 ) -> StreamRead:
-    """Reads until the terminal event, or disconnects after `stop_after` events."""
+    """Reads until the terminal event, or disconnects after `stop_after` events or once the
+    events so far satisfy `until`."""
     headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
     params: dict[str, int] = {}
     if after is not None:
@@ -64,6 +67,10 @@ async def read_stream(
             if not sse.data:  # keep-alive comments
                 continue
             events.append(Received(sse.id, sse.event, json.loads(sse.data)))
-            if sse.event in TERMINAL or (stop_after is not None and len(events) >= stop_after):
+            if (
+                sse.event in TERMINAL_EVENT_TYPES
+                or (stop_after is not None and len(events) >= stop_after)
+                or (until is not None and until(events))
+            ):
                 break
     return StreamRead(200, events)

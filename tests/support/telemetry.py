@@ -7,7 +7,7 @@ installs them with an in-memory span exporter and metric reader; later tests rea
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, NumberDataPoint
@@ -19,7 +19,7 @@ from backend import telemetry as backend_telemetry
 from backend.settings import Settings
 from chat_shell.contracts import ChainMessage, ToolCall
 from chat_shell.guard.context_guard import UnifiedContextGuard
-from chat_shell.guard.factory import default_sources
+from chat_shell.guard.factory import build_guard
 from chat_shell.guard.protocol import GuardContext
 from tests.support.texts import log_text
 
@@ -100,6 +100,4 @@ def over_trigger_history() -> list[ChainMessage]:
 
 def guard_without_summary(ctx: GuardContext) -> UnifiedContextGuard:
     """The real guard with its source stages and no summary stage."""
-    return UnifiedContextGuard(
-        ctx.profile, emit=ctx.emit, tool_schemas=ctx.tool_schemas, sources=default_sources(ctx)
-    )
+    return build_guard(replace(ctx, summarizer=None))

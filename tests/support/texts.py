@@ -75,3 +75,13 @@ def grapheme_boundaries(text: str) -> set[int]:
         position += len(cluster)
         bounds.add(position)
     return bounds
+
+
+# Compaction settings small enough that a few turns of test text cross the trigger.
+SMALL_COMPACTION = {
+    "compaction_trigger_tokens": 3_000,
+    "compaction_keep_tokens": 1_500,
+    "compaction_overhead_tokens": 100,
+    "compaction_chunk_tokens": 1_200,
+    "summary_max_tokens": 200,
+}

@@ -16,7 +16,9 @@ from tests.support.servers import free_port
 @contextmanager
 def serve_in_thread(app: ASGIApp) -> Iterator[str]:
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    # Proxy headers off, as `chat-shell serve` runs: the app alone decides whom to trust.
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", proxy_headers=False)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

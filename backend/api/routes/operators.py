@@ -6,33 +6,30 @@ Other accounts get 403 `operator_only`; the figures never include message text o
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
-from fastapi import Path as PathParam
 
 from backend.api.deps import Ctx, CurrentOperator, Db
-from backend.api.errors import not_found
-from backend.services import dashboard
-from backend.services.dashboard import WindowName
+from backend.api.params import ConversationId
+from backend.schemas.dashboard import ConversationDetail, Summary
+from backend.services.dashboard import aggregates, pressure
+from backend.services.dashboard.windows import WindowName
 
 router = APIRouter(prefix="/api/metrics", tags=["operators"])
 
 
-@router.get("/summary")
+@router.get("/summary", response_model=Summary)
 async def metrics_summary(
     _: CurrentOperator, ctx: Ctx, window: Annotated[WindowName, Query()] = "24h"
-) -> dict[str, Any]:
+) -> Summary:
     """Charts over the window (bucketed series), totals, and the conversations under most pressure."""
-    return await dashboard.summary(ctx.sessions, window)
+    return await aggregates.summary(ctx.sessions, window)
 
 
-@router.get("/conversations/{conversation_id}")
+@router.get("/conversations/{conversation_id}", response_model=ConversationDetail)
 async def conversation_metrics(
-    _: CurrentOperator, db: Db, conversation_id: Annotated[int, PathParam(ge=1, le=2**63 - 1)]
-) -> dict[str, Any]:
+    _: CurrentOperator, db: Db, conversation_id: ConversationId
+) -> ConversationDetail:
     """One conversation's latest context snapshot, recent turns' pressure and compaction history."""
-    detail = await dashboard.conversation_detail(db, conversation_id)
-    if detail is None:
-        raise not_found("conversation metrics")
-    return detail
+    return await pressure.conversation_detail(db, conversation_id)

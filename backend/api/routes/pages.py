@@ -8,37 +8,24 @@ A conversation URL of another user answers 404, exactly like a missing one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
-from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from backend.api.deps import SESSION_COOKIE, Db
-from backend.api.errors import ApiError
+from backend.api.deps import SESSION_COOKIE, Db, app_context, local_model_of
+from backend.api.params import ConversationId
 from backend.models import User
-from backend.services import auth, conversations
+from backend.services.errors import NotFound
+from backend.services.records import auth, conversations
 
 FRONTEND = Path(__file__).resolve().parents[3] / "frontend"
 templates = Jinja2Templates(directory=FRONTEND / "templates")
 static_files = StaticFiles(directory=FRONTEND / "static")
 router = APIRouter(include_in_schema=False)
-
-# Scripts and styles only from this origin; no inline script runs (boot data is inert JSON).
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
-        "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
-        "frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-store",
-}
-ConversationId = Annotated[int, PathParam(ge=1, le=2**63 - 1)]
 
 
 async def _viewer(request: Request, db: Db) -> User | None:
@@ -49,7 +36,8 @@ async def _viewer(request: Request, db: Db) -> User | None:
 
 def _page(request: Request, template: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
     response = templates.TemplateResponse(request, template, context, status_code=status)
-    response.headers.update(SECURITY_HEADERS)
+    # Pages show account data; the security headers come with every response (web_security).
+    response.headers["Cache-Control"] = "no-store"
     return response
 
 
@@ -58,9 +46,12 @@ def _to_login(request: Request) -> RedirectResponse:
 
 
 def _chat(request: Request, user: User, conversation_id: int | None) -> HTMLResponse:
+    server = local_model_of(request)
     boot = {
-        "user": {"id": user.id, "username": user.username, "is_operator": user.is_operator},
+        "user": _boot_user(user),
         "conversation_id": conversation_id,
+        # The page says so and holds messages back while the local model is not ready.
+        "local_model": server.status.as_json() if server else None,
     }
     return _page(request, "chat.html", {"boot": boot, "user": user})
 
@@ -78,14 +69,13 @@ async def conversation_page(conversation_id: ConversationId, request: Request, d
         return _to_login(request)
     try:
         await conversations.get_owned(db, user, conversation_id)
-    except ApiError:
+    except NotFound:
         return _page(request, "not_found.html", {"user": user}, status=404)
     return _chat(request, user, conversation_id)
 
 
-@router.get("/operators", response_class=HTMLResponse)
-async def operators_page(request: Request, db: Db) -> Response:
-    """The context-metrics dashboard; other accounts get the same 404 page as a missing URL."""
+async def _operators_only(request: Request, db: Db, template: str) -> Response:
+    """An operators' page; other accounts get the same 404 page as a missing URL."""
     user = await _viewer(request, db)
     if user is None:
         return _to_login(request)
@@ -96,19 +86,57 @@ async def operators_page(request: Request, db: Db) -> Response:
             "detail": "There is nothing here for this account.",
         }
         return _page(request, "not_found.html", context, status=404)
-    boot = {"user": {"id": user.id, "username": user.username, "is_operator": True}}
-    return _page(request, "dashboard.html", {"boot": boot, "user": user})
+    boot = {"user": _boot_user(user), "registration": _registration(request)}
+    return _page(request, template, {"boot": boot, "user": user})
+
+
+def _boot_user(user: User) -> dict[str, Any]:
+    return {"id": user.id, "username": user.username, "is_operator": user.is_operator}
+
+
+@router.get("/operators", response_class=HTMLResponse)
+async def operators_page(request: Request, db: Db) -> Response:
+    """The context-metrics dashboard."""
+    return await _operators_only(request, db, "dashboard.html")
+
+
+@router.get("/admin/users", response_class=HTMLResponse)
+async def users_page(request: Request, db: Db) -> Response:
+    """The operators' users page: accounts, invite codes, the audit log."""
+    return await _operators_only(request, db, "admin_users.html")
+
+
+@router.get("/account", response_class=HTMLResponse)
+async def account_page(request: Request, db: Db) -> Response:
+    """Password, sessions and API tokens of the logged-in account."""
+    user = await _viewer(request, db)
+    if user is None:
+        return _to_login(request)
+    return _page(request, "account.html", {"boot": {"user": _boot_user(user)}, "user": user})
 
 
 @router.get("/login", response_class=HTMLResponse)
 async def login_page(request: Request, db: Db) -> Response:
     if await _viewer(request, db) is not None:
         return RedirectResponse("/", status_code=303)
-    return _page(request, "auth.html", {"mode": "login"})
+    return _page(request, "auth.html", {"mode": "login", "registration": _registration(request)})
 
 
 @router.get("/register", response_class=HTMLResponse)
 async def register_page(request: Request, db: Db) -> Response:
+    """The sign-up form as CHAT_SHELL_REGISTRATION has it: with an invite code field, or (closed)
+    a 404 page that says accounts come from an operator."""
     if await _viewer(request, db) is not None:
         return RedirectResponse("/", status_code=303)
-    return _page(request, "auth.html", {"mode": "register"})
+    registration = _registration(request)
+    if registration == "closed":
+        context = {
+            "heading": "Registration is closed",
+            "detail": "Accounts on this server are created by an operator; ask one for an account.",
+        }
+        return _page(request, "not_found.html", context, status=404)
+    return _page(request, "auth.html", {"mode": "register", "registration": registration})
+
+
+def _registration(request: Request) -> str:
+    return str(app_context(request).settings.registration)

@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from backend.api.deps import app_context, current_principal
-from backend.api.errors import ApiError
+from backend.services.errors import Forbidden, NotFound
 from backend.telemetry import Telemetry
 
 router = APIRouter(tags=["operators"])
@@ -36,10 +36,12 @@ async def prometheus_metrics(request: Request) -> Response:
     if not _scraper_token_matches(request, settings.metrics_token):
         principal = await current_principal(request)
         if not principal.user.is_operator:
-            raise ApiError(403, "operator_only", "metrics are for operators and the configured scraper")
+            raise Forbidden("operator_only", "metrics are for operators and the configured scraper")
     telemetry: Telemetry | None = request.app.state.telemetry
     if telemetry is None:
-        raise ApiError(404, "telemetry_disabled", "telemetry is disabled (CHAT_SHELL_TELEMETRY_ENABLED)")
+        raise NotFound(
+            code="telemetry_disabled", message="telemetry is disabled (CHAT_SHELL_TELEMETRY_ENABLED)"
+        )
     body = await run_in_threadpool(generate_latest, telemetry.registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 

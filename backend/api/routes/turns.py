@@ -1,4 +1,5 @@
-"""Sending messages (which starts a turn), stopping, regenerating, and the resumable stream."""
+"""Sending messages (which starts a turn), editing, regenerating and retrying (versions in
+place), showing a version, stopping, and the resumable stream."""
 
 from __future__ import annotations
 
@@ -6,112 +7,123 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
-from sqlalchemy import select
 from sse_starlette import EventSourceResponse, JSONServerSentEvent
+from starlette.background import BackgroundTask
 
 from backend import instruments
-from backend.api.deps import Ctx, CurrentUser, Db
-from backend.api.errors import ApiError
-from backend.api.routes.conversations import attachment_summaries, conversation_out, message_out
+from backend.api.deps import Ctx, CurrentPrincipal, CurrentUser, Db
+from backend.api.params import AfterSeq, ConversationId, TurnIdQuery
 from backend.context import AppContext
-from backend.db import transaction
-from backend.models import Message, Role, Turn, TurnStatus, User
-from backend.schemas.conversations import SendMessage, StopOut, TurnStartedOut
-from backend.services import conversations, streams, turns
+from backend.schemas.conversations import (
+    ApprovalDecision,
+    ApprovalOut,
+    ConversationOut,
+    MessageOut,
+    SendMessage,
+    ShowVersion,
+    StopOut,
+    TurnStartedOut,
+    VersionRequest,
+)
+from backend.services.delivery import streams, turns
+from backend.services.records import auth, branches, conversations, messages
 
 router = APIRouter(prefix="/api/conversations", tags=["turns"])
 
 
-async def _start(ctx: AppContext, user: User, conversation_id: int, body: SendMessage) -> turns.StartedTurn:
-    """Stores the messages in their own committed transaction, then starts the turn."""
-    if not body.content.strip() and not body.attachment_ids:
-        raise ApiError(422, "empty_message", "write a message or attach a file")
-    async with transaction(ctx.sessions) as db:
-        conversation = await conversations.get_owned(db, user, conversation_id)
-        model = ctx.runner.model_for(conversation)
-        started = await turns.start_turn(
-            db, user, conversation, body.content, body.attachment_ids, ctx.runner.runner_id, model
-        )
-    ctx.runner.launch(started, model)
-    return started
-
-
 async def _started_out(ctx: AppContext, started: turns.StartedTurn, wait: bool) -> TurnStartedOut:
-    assistant = started.assistant_message
+    assistant = MessageOut.of(started.assistant_message)
     if wait:
         await ctx.runner.wait(started.turn_id)
-        async with ctx.sessions() as fresh:
-            reloaded = await fresh.get(Message, assistant.id)
-            assert reloaded is not None
-            assistant = reloaded
+        assistant = await messages.reread(ctx.sessions, started.assistant_message)
     return TurnStartedOut(
         turn_id=started.turn_id,
-        user_message=message_out(started.user_message, attachment_summaries(started.attachments)),
-        assistant_message=message_out(assistant),
+        user_message=MessageOut.of(started.user_message, started.attachments),
+        assistant_message=assistant,
     )
 
 
 @router.post(
-    "/{conversation_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=TurnStartedOut
+    "/{conversation_id}/messages",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=TurnStartedOut,
 )
 async def send_message(
-    conversation_id: int,
+    conversation_id: ConversationId,
     body: SendMessage,
     user: CurrentUser,
     ctx: Ctx,
     response: Response,
     wait: Annotated[bool, Query(description="wait for the reply and return it (no SSE needed)")] = False,
 ) -> TurnStartedOut:
-    started = await _start(ctx, user, conversation_id, body)
+    started = await ctx.runner.send(
+        user, conversation_id, body.content, body.attachment_ids, edits=body.edits
+    )
     if wait:
         response.status_code = status.HTTP_200_OK
     return await _started_out(ctx, started, wait)
 
 
 @router.post(
-    "/{conversation_id}/regenerate", status_code=status.HTTP_202_ACCEPTED, response_model=TurnStartedOut
+    "/{conversation_id}/regenerate",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=TurnStartedOut,
 )
-async def regenerate(conversation_id: int, user: CurrentUser, ctx: Ctx) -> TurnStartedOut:
-    """Forks at the last user message and sends it again; the original stays as it was."""
-    async with transaction(ctx.sessions) as db:
-        conversation = await conversations.get_owned(db, user, conversation_id)
-        levels = await conversations.lineage(db, conversation)
-        rows, _ = await conversations.visible_messages(db, levels, None, 2)
-        last_user = next((row for row in reversed(rows) if row.role == Role.USER), None)
-        if last_user is None:
-            raise ApiError(409, "nothing_to_regenerate", "there is no message to answer again")
-        if any(row.status == "running" for row in rows):
-            raise ApiError(409, "turn_running", "a reply is still being written; stop it first")
-        fork = await conversations.fork(db, user, conversation, last_user.message_id - 1, conversation.title)
-    started = await _start(ctx, user, fork.id, SendMessage(content=last_user.content))
-    out = await _started_out(ctx, started, wait=False)
-    out.conversation = conversation_out(fork, started.turn_id)
-    return out
+async def regenerate(
+    conversation_id: ConversationId, user: CurrentUser, ctx: Ctx, body: VersionRequest | None = None
+) -> TurnStartedOut:
+    """A new version of a reply (`message_id`; default: the last one shown), in place: the
+    question and its files stay, and so do the earlier versions. Also the retry of a failed,
+    stopped or interrupted reply. 409 while a turn runs."""
+    message_id = body.message_id if body is not None else None
+    started = await ctx.runner.regenerate(user, conversation_id, message_id)
+    return await _started_out(ctx, started, wait=False)
+
+
+@router.post("/{conversation_id}/versions", response_model=ConversationOut)
+async def show_version(
+    conversation_id: ConversationId, body: ShowVersion, user: CurrentUser, db: Db
+) -> ConversationOut:
+    """Shows the version holding `message_id` (the newest message below it becomes the
+    conversation's leaf); the page, the export and the next turn follow it. 409 while a turn
+    runs: its reply stays where it is being written."""
+    conversation = await conversations.get_owned(db, user, conversation_id)
+    await branches.show_version(db, conversation, body.message_id)
+    return ConversationOut.of(conversation)
 
 
 @router.post("/{conversation_id}/stop", status_code=status.HTTP_202_ACCEPTED, response_model=StopOut)
-async def stop(conversation_id: int, user: CurrentUser, db: Db, ctx: Ctx) -> StopOut:
+async def stop(conversation_id: ConversationId, user: CurrentUser, db: Db, ctx: Ctx) -> StopOut:
     conversation = await conversations.get_owned(db, user, conversation_id)
-    turn_id = await db.scalar(
-        select(Turn.id).where(Turn.conversation_id == conversation.id, Turn.status == TurnStatus.RUNNING)
-    )
-    if turn_id is None:
-        raise ApiError(409, "no_running_turn", "nothing is being written in this conversation")
+    turn_id = await turns.turn_to_stop(db, conversation.id)
     await ctx.runner.request_stop(turn_id)
     return StopOut(turn_id=turn_id, status="stopping")
 
 
+@router.post("/{conversation_id}/approvals", response_model=ApprovalOut)
+async def decide(
+    conversation_id: ConversationId, body: ApprovalDecision, user: CurrentUser, db: Db, ctx: Ctx
+) -> ApprovalOut:
+    """Allow or deny the "ask first" tool call the running turn waits on; the turn goes on."""
+    conversation = await conversations.get_owned(db, user, conversation_id)
+    turn_id = await turns.running_turn_id(db, conversation.id)
+    decided = await ctx.runner.decide(turn_id, body.call_id, body.allow)
+    return ApprovalOut(turn_id=decided, call_id=body.call_id, allowed=body.allow)
+
+
 @router.get("/{conversation_id}/stream", response_model=None)
 async def stream(
-    conversation_id: int,
-    user: CurrentUser,
+    conversation_id: ConversationId,
+    principal: CurrentPrincipal,
     db: Db,
     ctx: Ctx,
-    after: Annotated[int | None, Query(ge=0, description="the last seq already received")] = None,
-    turn_id: Annotated[int | None, Query(ge=1)] = None,
+    after: AfterSeq = None,
+    turn_id: TurnIdQuery = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> Response:
-    """SSE of the running (or latest) turn: missed events first, then live ones."""
+    """SSE of the running (or latest) turn: missed events first, then live ones. It closes when
+    its session or token stops holding (account disabled, logged out, token revoked)."""
+    user = principal.user
     conversation = await conversations.get_owned(db, user, conversation_id)
     resume = streams.parse_last_event_id(last_event_id) if last_event_id else None
     turn = await streams.choose_turn(db, conversation.id, resume, turn_id)
@@ -123,15 +135,29 @@ async def stream(
         # 204 tells EventSource not to reconnect: the client has the whole turn.
         return Response(status_code=status.HTTP_204_NO_CONTENT)
 
+    slot = ctx.open_streams.reserve(user.id)  # 429 `too_many_streams` past the per-user limit
     if after_seq > 0:
         instruments.stream_resumes.add(1)
+
+    session_id = principal.session.id if principal.session else None
+    token_id = principal.token.id if principal.token else None
+
+    async def signed_in() -> bool:
+        return await auth.still_signed_in(ctx.sessions, session_id, token_id)
 
     async def events() -> AsyncIterator[JSONServerSentEvent]:
         instruments.active_streams.add(1)
         try:
-            async for event in streams.follow(ctx.sessions, ctx.broker, turn.id, after_seq):
+            guard = streams.StreamGuard(slot, signed_in, ctx.settings.stream_auth_check_seconds)
+            async for event in streams.follow(
+                ctx.sessions, ctx.broker, turn.id, after_seq, ctx.settings.stream_log_poll_seconds, guard
+            ):
                 yield JSONServerSentEvent(data=event.data, event=event.event, id=event.sse_id)
         finally:
             instruments.active_streams.add(-1)
+            slot.release()
 
-    return EventSourceResponse(events(), ping=ctx.settings.sse_ping_seconds, send_timeout=30)
+    # The slot also comes back when the stream never started (the client left first).
+    return EventSourceResponse(
+        events(), ping=ctx.settings.sse_ping_seconds, send_timeout=30, background=BackgroundTask(slot.release)
+    )

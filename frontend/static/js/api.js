@@ -53,6 +53,7 @@ export const api = {
   get: (path) => request("GET", path),
   post: (path, body = {}) => request("POST", path, body),
   patch: (path, body) => request("PATCH", path, body),
+  put: (path, body) => request("PUT", path, body),
   delete: (path) => request("DELETE", path),
 };
 

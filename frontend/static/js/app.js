@@ -1,14 +1,20 @@
 // The chat page: routing between conversations, sending, following the running turn over the
-// resumable stream, regenerate and edit-and-resend (both fork), export, and the context meter.
+// resumable stream, versions in place (regenerate, retry, edit-and-resend, the ‹2/3› switcher),
+// export, and the context meter.
 import { ApiError, api, logout } from "./api.js";
 import { Composer } from "./composer.js";
 import { titleFrom } from "./format.js";
 import { instrumentation, markFirstPage, recordEvent } from "./instrumentation.js";
+import { Instructions } from "./instructions.js";
+import { LocalModelNotice } from "./local-model.js";
+import { MessageSearch } from "./message-search.js";
 import { copyText } from "./markdown.js";
 import { ContextMeter } from "./meter.js";
+import { ModelPicker } from "./model-picker.js";
 import { ModelView } from "./model-view.js";
 import { Sidebar } from "./sidebar.js";
 import { TurnStream } from "./stream.js";
+import { ToolsPanel } from "./tools-panel.js";
 import { Transcript } from "./transcript.js";
 
 const PAGE = 40;
@@ -24,6 +30,10 @@ const state = {
 
 const meter = new ContextMeter($("context-meter"), () => {
   if (state.conversation) new ModelView(state.conversation.id).show();
+});
+const picker = new ModelPicker($("model-picker"), {
+  onChange: (info) => meter.setModel(info),
+  onError: (error) => composer.say(`The model could not be changed: ${error.message}`, "error"),
 });
 const transcript = new Transcript({
   scroller: $("transcript"),
@@ -64,6 +74,33 @@ const composer = new Composer(
   },
 );
 
+const toolsPanel = new ToolsPanel($("tools-menu"), $("tools-list"), $("tools-status"));
+new MessageSearch(
+  { input: $("conversation-search"), region: $("message-results"), list: $("message-hits"), status: $("message-search-status") },
+  async (conversationId, messageId) => {
+    await navigate(conversationId);
+    if (state.conversation?.id !== conversationId) return;
+    if (await transcript.reveal(messageId)) return;
+    // Not on the path shown: another version holds it, so that version is shown.
+    const shown = await api.post(`/api/conversations/${conversationId}/versions`, { message_id: messageId }).then(
+      () => true,
+      () => false,
+    );
+    if (shown && state.conversation?.id === conversationId) {
+      await open(conversationId);
+      if (await transcript.reveal(messageId)) return;
+    }
+    composer.say("That message is no longer in this conversation.", "warning");
+  },
+);
+const instructions = new Instructions($("instructions-button"), {
+  conversation: () => state.conversation,
+  picker,
+});
+
+const localModel = new LocalModelNotice($("local-model-status"), composer, boot.local_model);
+const isLocalModelError = (code) => typeof code === "string" && code.startsWith("local_model_");
+
 function announce(text) {
   $("announcer").textContent = text;
 }
@@ -74,6 +111,7 @@ function showTitle(conversation) {
   document.title = `${title} · Chat Shell`;
   const exportable = Boolean(conversation);
   $("export-menu").hidden = !exportable;
+  if (conversation?.id !== toolsPanel.conversationId) toolsPanel.show(conversation?.id ?? null);
   if (exportable) {
     $("export-md").href = `/api/conversations/${conversation.id}/export?format=md`;
     $("export-json").href = `/api/conversations/${conversation.id}/export?format=json`;
@@ -99,6 +137,7 @@ async function navigate(id, { replace = false } = {}) {
 async function open(id) {
   const ticket = ++state.opening;
   closeStream();
+  composer.withdrawQueued();
   composer.setRunning(false);
   composer.say("");
   meter.reset(id);
@@ -106,6 +145,8 @@ async function open(id) {
   transcript.reset();
   if (id == null) {
     state.conversation = null;
+    picker.show(null);
+    instructions.newChat();
     showTitle(null);
     composer.focus();
     return;
@@ -127,6 +168,8 @@ async function open(id) {
   }
   if (ticket !== state.opening) return;
   state.conversation = conversation;
+  picker.show(conversation);
+  instructions.show(conversation);
   showTitle(conversation);
   transcript.showPage(page.items, page.has_more);
   markFirstPage();
@@ -173,43 +216,37 @@ function follow(turnId, view) {
   stream.open();
 }
 
+// What each event of the turn's stream does to the page (the names are SPEC 6.1's).
+const ON_EVENT = {
+  "turn.started": (view) => view.startStreaming(),
+  "message.delta": (view, data) => view.appendText(data.text),
+  "tool.started": (view, data) => view.toolStarted(data),
+  "tool.completed": (view, data) => view.toolCompleted(data),
+  "approval.requested": (view, data) => view.approvalRequested(data),
+  "approval.decided": (view, data) => view.approvalDecided(data),
+  "context.metrics": (_, data) => meter.setMetrics(data),
+  "context.compaction": (view, data) => {
+    meter.setCompaction(data);
+    transcript.addBoundary(view, data);
+  },
+  "turn.completed": (view, data) => {
+    view.render(data.message);
+    meter.setMetrics(data.message.result?.context_metrics);
+    finishTurn("The reply is complete.");
+  },
+  "turn.cancelled": (view) => {
+    view.end("cancelled", null);
+    finishTurn("The reply was stopped.");
+  },
+  "turn.failed": (view, data) => {
+    view.end(data.code === "interrupted" ? "interrupted" : "failed", { code: data.code, message: data.message });
+    finishTurn("The reply failed.");
+    if (isLocalModelError(data.code)) localModel.refresh();
+  },
+};
+
 function handleEvent(view, name, data) {
-  switch (name) {
-    case "turn.started":
-      view.startStreaming();
-      break;
-    case "message.delta":
-      view.appendText(data.text);
-      break;
-    case "tool.started":
-      view.toolStarted(data);
-      break;
-    case "tool.completed":
-      view.toolCompleted(data);
-      break;
-    case "context.metrics":
-      meter.setMetrics(data);
-      break;
-    case "context.compaction":
-      meter.setCompaction(data);
-      transcript.addBoundary(view, data);
-      break;
-    case "turn.completed":
-      view.render(data.message);
-      meter.setMetrics(data.message.result?.context_metrics);
-      finishTurn("The reply is complete.");
-      break;
-    case "turn.cancelled":
-      view.end("cancelled", null);
-      finishTurn("The reply was stopped.");
-      break;
-    case "turn.failed":
-      view.end(data.code === "interrupted" ? "interrupted" : "failed", { code: data.code, message: data.message });
-      finishTurn("The reply failed.");
-      break;
-    default:
-      break;
-  }
+  ON_EVENT[name]?.(view, data);
 }
 
 function finishTurn(message) {
@@ -229,9 +266,11 @@ instrumentation.streamedText = (messageId) => transcript.view(messageId)?.stream
 
 async function send(text, attachments) {
   if (!state.conversation) {
-    const conversation = await api.post("/api/conversations", { title: titleFrom(text || attachments[0]?.filename || "") });
+    const conversation = await api.post("/api/conversations", { title: titleFrom(text || attachments[0]?.filename || ""), model_profile: picker.forNewChat, instructions: instructions.pending || null });
     state.conversation = conversation;
     meter.reset(conversation.id);
+    picker.show(conversation);
+    instructions.show(conversation);
     history.pushState({ id: conversation.id }, "", `/c/${conversation.id}`);
     showTitle(conversation);
     sidebar.setCurrent(conversation.id);
@@ -246,6 +285,7 @@ async function send(text, attachments) {
       await open(conversation.id); // another tab is writing here: follow that reply
       throw new ApiError(409, error.code, "A reply is already being written here; it is shown now.");
     }
+    if (isLocalModelError(error.code)) localModel.refresh();
     throw error;
   }
   transcript.append({ ...started.user_message, attachments: started.user_message.attachments?.length ? started.user_message.attachments : attachments });
@@ -254,28 +294,39 @@ async function send(text, attachments) {
   follow(started.turn_id, view);
 }
 
-async function regenerate() {
+// Versions in place: a new version of a reply (regenerate, retry), an edited question, or
+// another version shown; the page then shows the conversation's current path again.
+async function regenerate(view) {
   const conversation = state.conversation;
-  if (!conversation) return;
   try {
-    const started = await api.post(`/api/conversations/${conversation.id}/regenerate`);
-    sidebar.upsert(started.conversation);
-    await navigate(started.conversation.id);
-    announce("Regenerating in a new branch of this conversation.");
+    await api.post(`/api/conversations/${conversation.id}/regenerate`, { message_id: view.message.message_id });
+    await open(conversation.id);
+    announce("Writing a new version of the reply.");
   } catch (error) {
-    composer.say(`Could not regenerate: ${error.message}`, "error");
+    composer.say(`Could not write a new version: ${error.message}`, "error");
+    if (isLocalModelError(error.code)) localModel.refresh();
   }
 }
 
 async function editAndResend(view, text) {
   const conversation = state.conversation;
   try {
-    const fork = await api.post(`/api/conversations/${conversation.id}/fork`, { message_id: view.message.message_id - 1 });
-    sidebar.upsert(fork);
-    await navigate(fork.id);
-    await send(text, []);
+    await api.post(`/api/conversations/${conversation.id}/messages`, { content: text, edits: view.message.message_id });
+    await open(conversation.id);
   } catch (error) {
     composer.say(`Could not send the edited message: ${error.message}`, "error");
+    if (isLocalModelError(error.code)) localModel.refresh();
+  }
+}
+
+async function showVersion(messageId) {
+  const conversation = state.conversation;
+  try {
+    await api.post(`/api/conversations/${conversation.id}/versions`, { message_id: messageId });
+    await open(conversation.id);
+    announce("Showing another version.");
+  } catch (error) {
+    composer.say(`Could not show that version: ${error.message}`, "error");
   }
 }
 
@@ -295,15 +346,34 @@ $("messages").addEventListener("click", async (event) => {
       flash(button, "Copied");
       break;
     case "regenerate":
-      if (!state.stream) regenerate();
+      if (!state.stream) regenerate(view);
       break;
     case "edit":
       if (!state.stream) view.startEditing((text) => editAndResend(view, text));
+      break;
+    case "show-version":
+      if (!state.stream) showVersion(Number(button.dataset.messageId));
+      break;
+    case "approve":
+    case "deny":
+      await decide(button, button.dataset.action === "approve");
       break;
     default:
       break;
   }
 });
+
+// The decision on an "ask first" call; the block changes when its `approval.decided` arrives.
+async function decide(button, allow) {
+  const buttons = button.parentElement.querySelectorAll("button");
+  for (const each of buttons) each.disabled = true;
+  try {
+    await api.post(`/api/conversations/${state.conversation.id}/approvals`, { call_id: button.dataset.callId, allow });
+  } catch (error) {
+    for (const each of buttons) each.disabled = false;
+    composer.say(`The decision was not sent: ${error.message}`, "error");
+  }
+}
 
 function flash(button, text) {
   const before = button.textContent;
@@ -360,4 +430,5 @@ window.addEventListener("popstate", () => {
 
 transcript.loadOlder = (before) => api.get(`/api/conversations/${state.conversation.id}/messages?before_message_id=${before}&limit=${PAGE}`);
 sidebar.reload();
+picker.load().catch((error) => composer.say(`The list of models could not be loaded: ${error.message}`, "error"));
 open(boot.conversation_id);

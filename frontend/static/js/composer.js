@@ -1,9 +1,13 @@
-// The composer: multi-line input (Enter sends, Shift+Enter adds a line), attachments by picker
-// or drag-and-drop with upload progress, Send while idle and Stop while a reply streams.
+// The composer: multi-line input (Enter sends, Shift+Enter adds a line; on touch screens Enter
+// adds a line and the Send button sends), attachments by picker or drag-and-drop with upload
+// progress, and Stop while a reply streams. The box stays usable while a reply streams: a
+// message sent then waits for the reply to end. The box empties when a message is sent and the
+// text comes back with the error when the send fails, so no word is lost.
 import { ApiError, api, uploadFile } from "./api.js";
 import { formatBytes, h, icon } from "./format.js";
 
 const MAX_INPUT_HEIGHT = 240;
+const TOUCH = window.matchMedia("(pointer: coarse)");
 
 export class Composer {
   // hooks: send(text, attachments) -> Promise, stop() -> Promise, conversationId() -> id|null
@@ -11,6 +15,8 @@ export class Composer {
     Object.assign(this, { form, input, sendButton: send, stopButton: stop, attachButton: attach, fileInput, chips, status, dropZone, overlay, hooks });
     this.running = false;
     this.sending = false;
+    this.queued = null; // {text, entries}: sent when the running reply ends
+    this.blocked = null; // why sending is held back (the local model is not ready), or null
     this.uploads = []; // {file, chip, progress, attachment, state, abort}
     this.dragDepth = 0;
     this.#wire();
@@ -19,15 +25,18 @@ export class Composer {
   #wire() {
     this.form.addEventListener("submit", (event) => {
       event.preventDefault();
+      this.input.focus(); // after a tap on Send, typing goes on in the box
       this.submit();
     });
     this.input.addEventListener("keydown", (event) => {
-      if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      if (event.key === "Enter" && !event.shiftKey && !event.isComposing && !TOUCH.matches) {
         event.preventDefault();
         this.submit();
       }
     });
     this.input.addEventListener("input", () => this.autosize());
+    this.#hint();
+    TOUCH.addEventListener("change", () => this.#hint());
     this.stopButton.addEventListener("click", () => this.stop());
     this.attachButton.addEventListener("click", () => this.fileInput.click());
     this.fileInput.addEventListener("change", () => {
@@ -59,6 +68,10 @@ export class Composer {
     });
   }
 
+  #hint() {
+    this.input.placeholder = TOUCH.matches ? "Message… (Send button sends)" : "Message… (Enter sends, Shift+Enter adds a line)";
+  }
+
   autosize() {
     this.input.style.height = "auto";
     this.input.style.height = `${Math.min(MAX_INPUT_HEIGHT, this.input.scrollHeight)}px`;
@@ -73,24 +86,27 @@ export class Composer {
     this.input.focus();
   }
 
-  // A reply is being written: no sending, Stop instead of Send.
+  // A reply is being written: Stop beside Send, the box stays as it is (and keeps the focus);
+  // a message sent meanwhile goes once the reply ends.
   setRunning(running) {
     this.running = running;
     document.body.classList.toggle("turn-running", running);
-    const hadFocus = document.activeElement === this.input || document.activeElement === this.stopButton;
-    this.input.disabled = running;
-    this.attachButton.disabled = running;
-    this.sendButton.hidden = running;
     this.stopButton.hidden = !running;
     this.stopButton.disabled = false;
     this.stopButton.textContent = "Stop";
     this.#refresh();
-    if (hadFocus) (running ? this.stopButton : this.input).focus();
+    if (!running && this.queued) this.#sendQueued();
+  }
+
+  // Sending held back with a reason the page shows elsewhere; null allows it again.
+  setBlocked(reason) {
+    this.blocked = reason;
+    this.#refresh();
   }
 
   #refresh() {
     const uploading = this.uploads.some((u) => u.state === "uploading");
-    this.sendButton.disabled = this.running || this.sending || uploading;
+    this.sendButton.disabled = this.sending || Boolean(this.queued) || uploading || Boolean(this.blocked);
     this.chips.hidden = this.uploads.length === 0;
   }
 
@@ -146,24 +162,77 @@ export class Composer {
   }
 
   async submit() {
-    if (this.running || this.sending) return;
+    if (this.sending || this.queued || this.blocked) return;
     if (this.uploads.some((u) => u.state === "uploading")) {
       this.say("Wait for the uploads to finish.");
       return;
     }
     const text = this.input.value;
-    const ready = this.uploads.filter((u) => u.state === "ready");
-    if (!text.trim() && !ready.length) return;
+    const entries = this.uploads.filter((u) => u.state === "ready");
+    if (!text.trim() && !entries.length) return;
+    this.#take(entries);
+    if (this.running) {
+      this.queued = { text, entries };
+      this.#refresh();
+      this.#sayQueued();
+      return;
+    }
+    await this.#deliver(text, entries);
+  }
+
+  // The draft leaves the box the moment it is sent; what is typed next is a new draft.
+  #take(entries) {
+    this.input.value = "";
+    this.autosize();
+    for (const entry of entries) entry.chip.remove();
+    this.uploads = this.uploads.filter((u) => !entries.includes(u));
+    this.#refresh();
+  }
+
+  // A send that failed (or was withdrawn): its text goes back above whatever was typed since.
+  #restore(text, entries) {
+    const typed = this.input.value;
+    this.input.value = typed ? `${text}\n${typed}` : text;
+    this.autosize();
+    for (const entry of entries) this.chips.append(entry.chip);
+    this.uploads = [...entries, ...this.uploads];
+    this.#refresh();
+  }
+
+  #sayQueued() {
+    const withdraw = h("button", { type: "button", class: "btn ghost tiny", text: "Edit it" });
+    withdraw.addEventListener("click", () => {
+      this.withdrawQueued();
+      this.input.focus();
+    });
+    this.status.replaceChildren("Your message is sent when this reply ends (or Stop it now). ", withdraw);
+    this.status.dataset.kind = "info";
+  }
+
+  // Another conversation opens: a message waiting for this one's reply goes back into the box.
+  withdrawQueued() {
+    if (!this.queued) return;
+    const { text, entries } = this.queued;
+    this.queued = null;
+    this.#restore(text, entries);
+    this.say("");
+  }
+
+  #sendQueued() {
+    const { text, entries } = this.queued;
+    this.queued = null;
+    this.say("");
+    this.#deliver(text, entries);
+  }
+
+  async #deliver(text, entries) {
     this.sending = true;
     this.#refresh();
     this.say("");
     try {
-      await this.hooks.send(text, ready.map((u) => u.attachment));
-      this.input.value = "";
-      this.autosize();
-      for (const entry of this.uploads) entry.chip.remove();
-      this.uploads = [];
+      await this.hooks.send(text, entries.map((u) => u.attachment));
     } catch (error) {
+      this.#restore(text, entries);
       this.say(error instanceof ApiError ? error.message : String(error), "error");
     } finally {
       this.sending = false;

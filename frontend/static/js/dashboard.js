@@ -3,18 +3,21 @@
 // /api/metrics/conversations/{id} (aggregated in SQL by the backend).
 
 import { ApiError, api } from "./api.js";
-import { barList, timeChart } from "./charts.js";
+import { barList, timeChart } from "./dashboard-charts.js";
 import { formatInt, formatTime, formatTokens, h } from "./format.js";
 
 const WINDOWS = ["1h", "6h", "24h", "7d", "30d"];
-const SOURCES = ["system", "tool_schemas", "history", "tool_outputs", "attachments", "summary", "current_input"];
+const SOURCES = ["system", "overhead", "tool_schemas", "history", "tool_outputs", "attachments", "summary", "current_input"];
 const $ = (id) => document.getElementById(id);
 
 const percent = (v) => (v == null ? "—" : `${Math.round(v * 100)}%`);
 const ms = (v) => (v == null ? "—" : v >= 1000 ? `${(v / 1000).toFixed(1)} s` : `${Math.round(v)} ms`);
 const ratio = (v) => (v == null ? "—" : v.toFixed(2));
 
-let current = new URLSearchParams(location.search).get("window");
+const params = new URLSearchParams(location.search);
+let current = params.get("window");
+// `?conversation=<id>` opens that conversation's drill-down (a link from elsewhere).
+const linked = Number(params.get("conversation")) || null;
 if (!WINDOWS.includes(current)) current = "24h";
 
 function tile(label, value, note) {
@@ -40,71 +43,29 @@ function column(points, key) {
   return points.map((p) => (p[key] == null ? null : p[key]));
 }
 
+// The compaction trigger's default, drawn on the utilisation charts.
+const TRIGGER = [{ value: 0.85, label: "default trigger 85%" }];
+// Refused requests can be many times the window; above 150% points sit on the top edge.
+const utilisationTop = (values) => Math.min(1.5, Math.max(1, ...values.filter((v) => v != null)));
+
+// The window's charts: which series of `turns` or `compactions` each draws ([key, legend name]).
+const CHARTS = [
+  { id: "chart-utilization", from: "turns", series: [["utilization_avg", "average"], ["utilization_max", "highest"]], format: percent, utilisation: true },
+  { id: "chart-compactions", from: "compactions", kind: "bar", stacked: true, series: [["completed", "completed"], ["fallback", "fallback"]], format: formatInt },
+  { id: "chart-saved", from: "compactions", kind: "bar", series: [["tokens_saved", "tokens saved"]], format: formatTokens },
+  { id: "chart-duration", from: "compactions", series: [["duration_p50_ms", "p50"], ["duration_p95_ms", "p95"]], format: ms },
+  { id: "chart-errors", from: "turns", kind: "bar", series: [["refusals", "refusals"], ["overflow_errors", "overflow errors"]], format: formatInt },
+  { id: "chart-ttft", from: "turns", series: [["ttft_p50_ms", "p50"], ["ttft_p95_ms", "p95"]], format: ms },
+  { id: "chart-retention", from: "compactions", series: [["retention_avg", "average"], ["retention_min", "lowest"]], format: ratio, max: 1 },
+];
+
 function renderCharts(data) {
-  const labels = data.turns.map((p) => p.start);
-  const turns = data.turns;
-  const compactions = data.compactions;
-  timeChart($("chart-utilization"), {
-    labels,
-    series: [
-      { name: "average", values: column(turns, "utilization_avg") },
-      { name: "highest", values: column(turns, "utilization_max") },
-    ],
-    format: percent,
-    // Refused requests can be many times the window; above 150% points sit on the top edge.
-    max: Math.min(1.5, Math.max(1, ...column(turns, "utilization_max").filter((v) => v != null))),
-    guides: [{ value: 0.85, label: "default trigger 85%" }],
-  });
-  timeChart($("chart-compactions"), {
-    labels,
-    kind: "bar",
-    stacked: true,
-    series: [
-      { name: "completed", values: column(compactions, "completed") },
-      { name: "fallback", values: column(compactions, "fallback") },
-    ],
-    format: formatInt,
-  });
-  timeChart($("chart-saved"), {
-    labels,
-    kind: "bar",
-    series: [{ name: "tokens saved", values: column(compactions, "tokens_saved") }],
-    format: formatTokens,
-  });
-  timeChart($("chart-duration"), {
-    labels,
-    series: [
-      { name: "p50", values: column(compactions, "duration_p50_ms") },
-      { name: "p95", values: column(compactions, "duration_p95_ms") },
-    ],
-    format: ms,
-  });
-  timeChart($("chart-errors"), {
-    labels,
-    kind: "bar",
-    series: [
-      { name: "refusals", values: column(turns, "refusals") },
-      { name: "overflow errors", values: column(turns, "overflow_errors") },
-    ],
-    format: formatInt,
-  });
-  timeChart($("chart-ttft"), {
-    labels,
-    series: [
-      { name: "p50", values: column(turns, "ttft_p50_ms") },
-      { name: "p95", values: column(turns, "ttft_p95_ms") },
-    ],
-    format: ms,
-  });
-  timeChart($("chart-retention"), {
-    labels,
-    series: [
-      { name: "average", values: column(compactions, "retention_avg") },
-      { name: "lowest", values: column(compactions, "retention_min") },
-    ],
-    format: ratio,
-    max: 1,
-  });
+  for (const { id, from, series, utilisation, ...drawing } of CHARTS) {
+    const points = data[from];
+    const values = series.map(([key, name]) => ({ name, values: column(points, key) }));
+    const scale = utilisation ? { max: utilisationTop(values.at(-1).values), guides: TRIGGER } : {};
+    timeChart($(id), { labels: points.map((p) => p.start), series: values, ...drawing, ...scale });
+  }
 }
 
 function renderPressure(rows) {
@@ -166,12 +127,13 @@ async function drillDown(conversationId) {
     SOURCES.map((source) => ({ label: source.replace("_", " "), value: snapshot?.breakdown?.[source] ?? 0 })),
     formatTokens,
   );
+  const utilisation = column(detail.turns, "utilization");
   timeChart($("drill-turns"), {
     labels: detail.turns.map((t) => t.started_at),
-    series: [{ name: "utilisation", values: detail.turns.map((t) => t.utilization) }],
+    series: [{ name: "utilisation", values: utilisation }],
     format: percent,
-    max: Math.min(1.5, Math.max(1, ...detail.turns.map((t) => t.utilization ?? 0))),
-    guides: [{ value: 0.85, label: "default trigger 85%" }],
+    max: utilisationTop(utilisation),
+    guides: TRIGGER,
   });
   $("drill-compactions").querySelector("tbody").replaceChildren(
     ...detail.compactions.map((c) =>
@@ -222,6 +184,7 @@ $("window-picker").addEventListener("click", (event) => {
   history.replaceState(null, "", `?window=${current}`);
   $("dashboard").dataset.loaded = "false";
   load();
+if (linked) drillDown(linked);
 });
 $("refresh").addEventListener("click", () => load());
 $("drill-close").addEventListener("click", () => {
@@ -229,3 +192,4 @@ $("drill-close").addEventListener("click", () => {
 });
 
 load();
+if (linked) drillDown(linked);

@@ -28,8 +28,22 @@ export function formatTime(iso) {
   return date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
 }
 
+// A conversation's title from its first message: the first line that has words, without the
+// Markdown marks that would show raw in the sidebar (**bold**, *emphasis*, # headings, `code`,
+// links, a list or quote marker, a code fence), cut at 60 characters. Underscores stay: they
+// are far more often part of a name than emphasis.
 export function titleFrom(text) {
-  const line = text.trim().split("\n", 1)[0].trim();
+  const plain = (line) =>
+    line
+      .replace(/!?\[([^\]]*)\]\([^)]*\)/g, "$1")
+      .replace(/^\s{0,3}(?:#{1,6}\s+|>\s*|[-*+]\s+|\d+[.)]\s+)/, "")
+      .replace(/(\*\*|\*|~~|`+)(\S(?:.*?\S)?)\1/g, "$2")
+      .trim();
+  const line = text
+    .split("\n")
+    .filter((candidate) => !/^\s*(```|~~~)/.test(candidate))
+    .map(plain)
+    .find(Boolean);
   if (!line) return "New conversation";
   return line.length > 60 ? `${line.slice(0, 57)}…` : line;
 }

@@ -1,4 +1,5 @@
-// The context meter in the toolbar: used / window, remaining percent, a colour state, the
+// The context meter in the toolbar: used / available input (the window minus the reply's
+// reserve: the one definition the panel, the dashboard and Prometheus share), remaining percent, a colour state, the
 // per-source breakdown (hover, focus or click), and "Compacting context…" while a compaction
 // runs. It is driven by `context.metrics` snapshots and `context.compaction` statuses; both
 // `started` and `in_progress` mean compacting, so a page reloaded in the middle of a
@@ -6,7 +7,8 @@
 import { formatInt, formatTokens, h } from "./format.js";
 
 const SOURCES = [
-  ["system", "System prompt"],
+  ["system", "System prompt and instructions"],
+  ["overhead", "Provider's fixed overhead"],
   ["tool_schemas", "Tool definitions"],
   ["history", "Conversation history"],
   ["tool_outputs", "Tool outputs"],
@@ -24,12 +26,18 @@ const STATE_LABELS = {
 };
 const COMPACTING = new Set(["started", "in_progress"]);
 
+// "2,101 of 14,976 input tokens; window 16,000": used of available input, and the window.
+function usedOf(m) {
+  return `${formatInt(m.used_input)} of ${formatInt(m.available_input)} input tokens; window ${formatInt(m.context_window)}`;
+}
+
 export class ContextMeter {
   // onShowModel(): opens the model's view of the conversation (the button is hidden without one)
   constructor(root, onShowModel) {
     this.root = root;
     this.onShowModel = onShowModel;
     this.metrics = null;
+    this.model = null; // the /api/models entry of the next turn's model, when known
     this.compaction = null; // the latest compaction status seen in this turn
     this.build();
     this.render();
@@ -80,7 +88,7 @@ export class ContextMeter {
 
   get state() {
     if (this.compacting) return "compacting";
-    return this.metrics?.state ?? "empty";
+    return this.shown?.state ?? "empty";
   }
 
   // Which conversation the meter describes (null: none yet, so no model view to show).
@@ -98,6 +106,33 @@ export class ContextMeter {
     this.render();
   }
 
+  // The model of the next turn (a /api/models entry): a snapshot taken with another model is
+  // shown against this one's window, input room and compaction threshold.
+  setModel(info) {
+    this.model = info;
+    this.render();
+  }
+
+  // The latest snapshot, on the scale of the next turn's model.
+  get shown() {
+    const m = this.metrics;
+    const info = this.model;
+    if (!m || !info || m.profile === info.id) return m;
+    const remaining = Math.max(0, info.available_input - m.used_input);
+    const state = m.used_input > info.available_input ? "refused" : m.used_input >= info.warning_from ? "warning" : "normal";
+    return {
+      ...m,
+      profile: info.id,
+      context_window: info.context_window,
+      reserved_output: info.context_window - info.available_input,
+      available_input: info.available_input,
+      trigger: info.trigger,
+      remaining,
+      remaining_percent: (remaining / Math.max(1, info.available_input)) * 100,
+      state: m.state === "compacting" ? m.state : state,
+    };
+  }
+
   setCompaction(record) {
     this.compaction = record;
     this.render();
@@ -111,7 +146,7 @@ export class ContextMeter {
   }
 
   render() {
-    const m = this.metrics;
+    const m = this.shown;
     const state = this.state;
     this.root.dataset.state = state;
     this.spinner.hidden = !this.compacting;
@@ -136,9 +171,9 @@ export class ContextMeter {
     this.bar.setAttribute("aria-valuemax", String(m.available_input));
     this.bar.setAttribute("aria-valuenow", String(Math.min(m.used_input, m.available_input)));
     this.bar.setAttribute("aria-valuetext", `${formatInt(m.used_input)} of ${formatInt(m.available_input)} input tokens used`);
-    this.usedLabel.textContent = `${formatTokens(m.used_input)} / ${formatTokens(m.context_window)} · `;
+    this.usedLabel.textContent = `${formatTokens(m.used_input)} / ${formatTokens(m.available_input)} input · `;
     this.leftLabel.textContent = `${left}% left`;
-    this.button.setAttribute("aria-label", `Context usage: ${formatInt(m.used_input)} of ${formatInt(m.context_window)} tokens, ${left}% left, ${STATE_LABELS[state]}`);
+    this.button.setAttribute("aria-label", `Context usage: ${usedOf(m)}, ${left}% left, ${STATE_LABELS[state]}`);
     this.content.replaceChildren(...this.detailRows(m, state));
   }
 
@@ -161,8 +196,9 @@ export class ContextMeter {
       h(
         "dl",
         { class: "meter-figures" },
-        h("dt", { text: "Used" }), h("dd", { text: `${formatInt(m.used_input)} tokens` }),
-        h("dt", { text: "Window" }), h("dd", { text: `${formatInt(m.context_window)} (${formatInt(m.reserved_output)} kept for the reply)` }),
+        h("dt", { text: "Model" }), h("dd", { class: "meter-model", text: this.model?.label ?? m.profile }),
+        h("dt", { text: "Used" }), h("dd", { class: "meter-used-of", text: usedOf(m) }),
+        h("dt", { text: "Kept for the reply" }), h("dd", { text: `${formatInt(m.reserved_output)} tokens of the window` }),
         h("dt", { text: "Left for input" }), h("dd", { text: `${formatInt(m.remaining)} (${Math.round(m.remaining_percent)}%)` }),
         h("dt", { text: "Compacts at" }), h("dd", { text: `${formatInt(m.trigger)} tokens` }),
       ),

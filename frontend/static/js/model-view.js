@@ -1,33 +1,49 @@
-// "What the model sees": the model-visible context of a conversation (SPEC 2, 6.1
-// `GET /api/conversations/{id}/context`), shown in a dialog next to the meter. The transcript
-// is the user's view; this is the other one (summary, kept messages, shortened tool outputs).
-// A server without the endpoint says so instead of showing a broken view.
+// "What the model sees": the last model request of the conversation's latest turn, exactly as
+// it was sent (after every guard stage), entry by entry with its source and token count
+// (`GET /api/conversations/{id}/model-request`). The transcript is the user's view; this is the
+// other one (system prompt, the chat's instructions, tool definitions built-in and MCP, summary,
+// kept tail, previews, shortened outputs).
 import { api } from "./api.js";
 import { formatInt, h } from "./format.js";
 
-function entryText(content) {
-  if (typeof content === "string") return content;
-  return (content ?? []).map((part) => part.text ?? JSON.stringify(part)).join("\n");
-}
+const SOURCES = {
+  system: "System prompt",
+  instructions: "This chat's instructions",
+  guidance: "Guidance for this attempt",
+  tool_schemas: "Tool definition",
+  history: "History",
+  tool_output: "Tool output",
+  attachment_preview: "Attachment preview",
+  summary: "Summary of earlier turns",
+  kept_tail: "Kept verbatim",
+  current_input: "Your message",
+};
+const ROLES = { system: "system", user: "user", assistant: "assistant", tool: "tool", tool_schema: "tool" };
 
 function entryLabel(entry) {
-  const marks = entry.metadata ?? {};
-  if (marks.summary_compacted) return "Summary of earlier turns";
-  const role = { system: "System", user: "User", assistant: "Assistant", tool: `Tool result${entry.name ? `: ${entry.name}` : ""}` }[entry.role] ?? entry.role;
-  const notes = [];
-  if (marks.checkpoint_retained) notes.push("kept verbatim");
-  if (marks.compacted) notes.push("shortened for the model");
-  return notes.length ? `${role} (${notes.join(", ")})` : role;
+  const source = SOURCES[entry.source] ?? entry.source;
+  const server = entry.server ? ` (MCP server ${entry.server})` : "";
+  const name = entry.name ? `: ${entry.name}${server}` : "";
+  return `${source}${name} · ${ROLES[entry.role] ?? entry.role}`;
+}
+
+function entryBody(entry) {
+  if (entry.text_hidden) return `(The operator's system prompt: ${formatInt(entry.tokens)} tokens. Its text is shown to operators only.)`;
+  return entry.text || "(empty)";
 }
 
 function renderEntry(entry) {
-  const calls = (entry.tool_calls ?? []).map((call) => `→ ${call.name}(${JSON.stringify(call.args ?? {})})`);
-  const body = [entryText(entry.content), ...calls].filter(Boolean).join("\n");
+  const notes = [h("span", { class: "model-entry-tokens", text: `${formatInt(entry.tokens)} tokens` })];
+  if (entry.preview_tokens) notes.push(h("span", { class: "muted", text: ` (preview ${formatInt(entry.preview_tokens)})` }));
   return h(
     "li",
-    { class: `model-entry role-${entry.role}${entry.metadata?.summary_compacted ? " is-summary" : ""}` },
-    h("p", { class: "model-entry-role", text: entryLabel(entry) }),
-    h("pre", { class: "model-entry-body", text: body || "(empty)" }),
+    {
+      class: `model-entry role-${entry.role}${entry.source === "summary" ? " is-summary" : ""}`,
+      "data-source": entry.source,
+      "data-tokens": String(entry.tokens),
+    },
+    h("p", { class: "model-entry-role" }, h("span", { text: entryLabel(entry) }), " ", ...notes),
+    h("pre", { class: "model-entry-body", text: entryBody(entry) }),
   );
 }
 
@@ -40,7 +56,7 @@ export class ModelView {
       "dialog",
       { class: "model-view", "aria-labelledby": "model-view-title" },
       h("div", { class: "model-view-head" }, h("h2", { id: "model-view-title", text: "What the model sees" }), close),
-      h("p", { class: "muted small", text: "The next reply is written from this context. Your transcript keeps every original message." }),
+      h("p", { class: "muted small", text: "The last request sent to the model, exactly as sent. Your transcript keeps every original message." }),
       this.body,
     );
     close.addEventListener("click", () => this.dialog.close());
@@ -53,17 +69,22 @@ export class ModelView {
     this.body.replaceChildren(h("p", { class: "muted", text: "Loading…" }));
     let data;
     try {
-      data = await api.get(`/api/conversations/${this.conversationId}/context`);
+      data = await api.get(`/api/conversations/${this.conversationId}/model-request`);
     } catch (error) {
-      const missing = error.status === 404 || error.status === 405;
-      this.body.replaceChildren(h("p", { class: "muted", text: missing ? "This server does not offer the model's view of a conversation yet." : `The model's view could not be loaded: ${error.message}` }));
+      this.body.replaceChildren(h("p", { class: "model-view-error", role: "alert", text: `The model's request could not be loaded: ${error.message}` }));
       return;
     }
-    const entries = data?.messages ?? data?.history ?? data?.context ?? [];
-    const metrics = data?.context_metrics ?? data?.metrics ?? null;
-    const parts = [];
-    if (metrics) parts.push(h("p", { class: "small", text: `${formatInt(metrics.used_input)} of ${formatInt(metrics.context_window)} tokens in the window.` }));
-    parts.push(entries.length ? h("ol", { class: "model-entries" }, entries.map(renderEntry)) : h("p", { class: "muted", text: "Nothing yet: the model has not been called in this conversation." }));
-    this.body.replaceChildren(...parts);
+    if (data.state === "no_turns") {
+      this.body.replaceChildren(h("p", { class: "muted model-view-note", text: "Nothing has been sent to the model in this conversation yet." }));
+      return;
+    }
+    if (data.state === "no_model_call") {
+      this.body.replaceChildren(h("p", { class: "model-view-note", role: "status", text: data.note }));
+      return;
+    }
+    const calls = data.calls > 1 ? ` (call ${data.calls} of ${data.calls} in the latest turn)` : " (the latest turn)";
+    const total = h("p", { class: "small model-view-total", "data-total": String(data.total_tokens) },
+      `${formatInt(data.total_tokens)} tokens in this request${calls}, ${formatInt(data.framing_tokens)} of them framing.`);
+    this.body.replaceChildren(total, h("ol", { class: "model-entries" }, data.entries.map(renderEntry)));
   }
 }

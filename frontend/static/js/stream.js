@@ -11,6 +11,8 @@ const EVENT_NAMES = [
   "message.delta",
   "tool.started",
   "tool.completed",
+  "approval.requested",
+  "approval.decided",
   "context.metrics",
   "context.compaction",
   ...TERMINAL_EVENTS,

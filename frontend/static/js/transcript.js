@@ -28,6 +28,48 @@ function toolArgsPreview(args) {
   return text.length > 80 ? `${text.slice(0, 77)}…` : text;
 }
 
+const APPROVAL_TEXT = {
+  allowed: "You allowed this call.",
+  denied: "You denied this call; the model was told so.",
+};
+const APPROVAL_FLAG = { pending: "waiting for you", allowed: "allowed by you", denied: "denied by you" };
+
+// An "ask first" call: while it waits, the request with Allow / Deny (app.js sends the
+// decision); once decided, what was decided.
+function approvalElement(block) {
+  const element = h("div", { class: "tool-approval", dataset: { approval: block.approval } });
+  if (block.approval === "pending") {
+    element.append(
+      h("p", { class: "tool-approval-ask", text: `Run ${block.name} with the arguments below? The reply waits for your decision.` }),
+      h(
+        "div",
+        { class: "tool-approval-actions" },
+        h("button", { type: "button", class: "btn primary", dataset: { action: "approve", callId: block.call_id }, text: "Allow" }),
+        h("button", { type: "button", class: "btn", dataset: { action: "deny", callId: block.call_id }, text: "Deny" }),
+      ),
+    );
+  } else {
+    element.append(h("p", { class: "tool-approval-done muted small", text: APPROVAL_TEXT[block.approval] }));
+  }
+  return element;
+}
+
+function setApproval(element, block) {
+  element.dataset.approval = block.approval;
+  const shown = approvalElement(block);
+  if (element.approvalElement) element.approvalElement.replaceWith(shown);
+  else element.querySelector(".tool-body").prepend(shown);
+  element.approvalElement = shown;
+  let flag = element.querySelector(".tool-approval-flag");
+  if (!flag) {
+    flag = h("span", { class: "tool-approval-flag" });
+    element.querySelector(".tool-status").before(flag);
+  }
+  flag.textContent = APPROVAL_FLAG[block.approval];
+  // A waiting request is shown open, so its buttons are in view.
+  if (block.approval === "pending") element.open = true;
+}
+
 function toolElement(block) {
   const status = block.status ?? "running";
   const output = h("pre", { class: "tool-output" });
@@ -54,6 +96,7 @@ function toolElement(block) {
     ),
   );
   element.outputElement = output;
+  if (block.approval) setApproval(element, block);
   return element;
 }
 
@@ -68,12 +111,15 @@ function updateTool(element, data) {
 }
 
 export function boundaryElement(record, assistantMessageId) {
-  const summarized = (record.strategy ?? "summary_compact") === "summary_compact";
+  const strategy = record.strategy ?? "summary_compact";
+  const summarized = strategy === "summary_compact" || strategy === "summary_ahead";
   const figures = record.before_tokens != null && record.after_tokens != null ? ` (${formatInt(record.before_tokens)} → ${formatInt(record.after_tokens)} tokens)` : "";
-  const label = summarized ? "Earlier messages summarized" : "Earlier messages trimmed from the model's context";
+  // A summary made ahead of time (between turns) is labelled as such.
+  const ahead = strategy === "summary_ahead" ? " ahead of time" : "";
+  const label = summarized ? `Earlier messages summarized${ahead}` : "Earlier messages trimmed from the model's context";
   const body = h("div", { class: "boundary-body" });
   if (record.summary_text) {
-    body.append(h("p", { class: "muted small", text: "What the model now sees instead of the messages above (they stay here for you):" }));
+    body.append(h("p", { class: "muted small", text: "What the model now sees instead of the messages above this line (they stay here for you); the messages below it reach the model verbatim:" }));
     body.append(h("div", { class: "summary-text", text: record.summary_text }));
   } else {
     body.append(h("p", { class: "muted small", text: "The messages above stay here for you; the model sees a shorter context from this point on." }));
@@ -85,12 +131,83 @@ export function boundaryElement(record, assistantMessageId) {
   );
 }
 
+const ACTION_LABELS = { edit: "Edit", copy: "Copy", regenerate: "Regenerate" };
+// A reply that did not complete offers a retry: the same new version, named for what it does.
+const RETRIED = new Set(["failed", "cancelled", "interrupted"]);
+
+// ‹2/3›: which version of a message this is, and buttons to the neighbouring ones.
+function versionSwitcher(message) {
+  const versions = message.versions ?? [];
+  if (versions.length < 2) return null;
+  const index = versions.indexOf(message.message_id);
+  const step = (delta, label, glyph) =>
+    h("button", {
+      type: "button",
+      class: "icon-btn tiny",
+      "data-action": "show-version",
+      "data-message-id": versions[index + delta] ?? "",
+      disabled: versions[index + delta] == null,
+      "aria-label": label,
+      text: glyph,
+    });
+  return h(
+    "div",
+    { class: "versions", role: "group", "aria-label": "Versions" },
+    step(-1, "Previous version", "‹"),
+    h("span", { class: "versions-position", text: `${index + 1}/${versions.length}` }),
+    step(1, "Next version", "›"),
+  );
+}
+
+// The buttons under a message; the transcript handles their clicks by `data-action`.
+function messageActions(message, ...actions) {
+  return h(
+    "div",
+    { class: "msg-actions" },
+    versionSwitcher(message),
+    ...actions.map((action) => h("button", { type: "button", class: "btn ghost tiny", "data-action": action, text: ACTION_LABELS[action] })),
+  );
+}
+
+// A user message longer than this (characters or lines) is shown collapsed, behind "Show more".
+const COLLAPSE_CHARS = 1200;
+const COLLAPSE_LINES = 16;
+const FENCE = /```[^\n`]*\n([\s\S]*?)(?:\n```|$)|`([^`\n]+)`/g;
+
+// A user message as typed, except that code (``` fences and `inline`) renders monospace. The
+// text is never parsed as HTML: every piece is a text node.
+function userText(content) {
+  const nodes = [];
+  let last = 0;
+  for (const match of content.matchAll(FENCE)) {
+    if (match.index > last) nodes.push(content.slice(last, match.index));
+    nodes.push(match[1] != null ? h("pre", { class: "user-code" }, h("code", { text: match[1] })) : h("code", { text: match[2] }));
+    last = match.index + match[0].length;
+    if (match[1] != null && content[last] === "\n") last += 1; // the block ends the line already
+  }
+  if (last < content.length) nodes.push(content.slice(last));
+  return nodes;
+}
+
+function isLong(content) {
+  return content.length > COLLAPSE_CHARS || content.split("\n").length > COLLAPSE_LINES;
+}
+
 class UserView {
   constructor(message) {
     this.message = message;
-    this.body = h("div", { class: "msg-body user-text" });
-    this.body.textContent = message.content;
+    this.body = h("div", { class: "msg-body user-text" }, userText(message.content));
     this.body.hidden = !message.content; // a message of attachments only
+    this.more = null;
+    if (isLong(message.content)) {
+      this.body.classList.add("is-collapsed");
+      this.more = h("button", { type: "button", class: "btn ghost tiny show-more", "aria-expanded": "false", text: "Show more" });
+      this.more.addEventListener("click", () => {
+        const collapsed = this.body.classList.toggle("is-collapsed");
+        this.more.textContent = collapsed ? "Show more" : "Show less";
+        this.more.setAttribute("aria-expanded", String(!collapsed));
+      });
+    }
     this.chips = h("ul", { class: "chips", "aria-label": "Attachments" }, (message.attachments ?? []).map(attachmentChip));
     this.chips.hidden = !message.attachments?.length;
     this.element = h(
@@ -98,13 +215,9 @@ class UserView {
       { class: "msg user", dataset: { messageId: message.message_id, role: "user" }, "aria-label": "You" },
       h("div", { class: "msg-head" }, h("span", { class: "who", text: "You" }), h("time", { datetime: message.created_at, text: formatTime(message.created_at) })),
       this.body,
+      this.more,
       this.chips,
-      h(
-        "div",
-        { class: "msg-actions" },
-        h("button", { type: "button", class: "btn ghost tiny", "data-action": "edit", text: "Edit" }),
-        h("button", { type: "button", class: "btn ghost tiny", "data-action": "copy", text: "Copy" }),
-      ),
+      messageActions(message, "edit", "copy"),
     );
     this.element.view = this;
   }
@@ -116,18 +229,19 @@ class UserView {
   startEditing(onSubmit) {
     const editor = h("textarea", { class: "edit-input", rows: 3, "aria-label": "Edit your message" });
     editor.value = this.message.content;
-    const send = h("button", { type: "submit", class: "btn primary tiny", text: "Send as a new branch" });
+    const send = h("button", { type: "submit", class: "btn primary tiny", text: "Send as a new version" });
     const cancel = h("button", { type: "button", class: "btn ghost tiny", text: "Cancel" });
     const form = h(
       "form",
       { class: "edit-form" },
       editor,
-      h("p", { class: "muted small", text: "Sends your edited message in a copy of this conversation up to here; this conversation stays as it is." }),
-      this.message.attachments?.length ? h("p", { class: "muted small", text: "Its attachments are not sent again; attach them anew if the reply needs them." }) : null,
+      h("p", { class: "muted small", text: "Sends your edited message as a new version of this one; the earlier version stays, one click away (‹ ›)." }),
+      this.message.attachments?.length ? h("p", { class: "muted small", text: "Its attachments go with it." }) : null,
       h("div", { class: "edit-actions" }, send, cancel),
     );
     const stop = () => {
       form.replaceWith(this.body);
+      if (this.more) this.more.hidden = false;
       this.element.classList.remove("editing");
     };
     cancel.addEventListener("click", stop);
@@ -143,6 +257,7 @@ class UserView {
       if (editor.value.trim()) onSubmit(editor.value);
     });
     this.body.replaceWith(form);
+    if (this.more) this.more.hidden = true;
     this.element.classList.add("editing");
     editor.focus();
     editor.setSelectionRange(editor.value.length, editor.value.length);
@@ -160,13 +275,9 @@ class AssistantView {
       h("div", { class: "msg-head" }, h("span", { class: "who", text: "Assistant" }), h("span", { class: "typing", "aria-hidden": "true" }, h("i"), h("i"), h("i"))),
       this.blocks,
       this.note,
-      h(
-        "div",
-        { class: "msg-actions" },
-        h("button", { type: "button", class: "btn ghost tiny", "data-action": "copy", text: "Copy" }),
-        h("button", { type: "button", class: "btn ghost tiny", "data-action": "regenerate", text: "Regenerate" }),
-      ),
+      messageActions(message, "copy", "regenerate"),
     );
+    this.regenerateButton = this.element.querySelector('[data-action="regenerate"]');
     this.element.view = this;
     this.streamed = ""; // every delta this page received for the running turn, in order
     this.render(message);
@@ -182,6 +293,7 @@ class AssistantView {
 
   setStatus(status) {
     this.element.dataset.status = status;
+    this.regenerateButton.textContent = RETRIED.has(status) ? "Retry" : ACTION_LABELS.regenerate;
     this.element.setAttribute("aria-busy", String(status === "running"));
   }
 
@@ -257,6 +369,16 @@ class AssistantView {
       element = this.tools.get(data.call_id);
     }
     updateTool(element, data);
+  }
+
+  approvalRequested(data) {
+    const element = this.tools.get(data.call_id);
+    if (element) setApproval(element, { ...data, approval: "pending" });
+  }
+
+  approvalDecided(data) {
+    const element = this.tools.get(data.call_id);
+    if (element) setApproval(element, { ...data, approval: data.allowed ? "allowed" : "denied" });
   }
 
   // The turn ended without a stored message in the event (failed, stopped).
@@ -357,13 +479,20 @@ export class Transcript {
     return this.views.get(message.message_id);
   }
 
-  // The boundary goes above the user message that started the turn which compacted.
+  // The boundary goes above the first message the model still sees verbatim (the record's
+  // `first_kept_message_id`; without one, the user message of the turn that compacted). The
+  // messages above it stay shown in full, marked as summarized.
   addBoundary(view, record, parent = this.list) {
     if (record.status !== "completed") return;
     const element = boundaryElement(record, view.messageId);
-    const anchor = this.views.get(view.messageId - 1);
+    const firstKept = record.first_kept_message_id ?? view.messageId - 1;
+    const anchor = this.views.get(firstKept);
     const before = anchor && anchor.element.parentNode === parent ? anchor.element : view.element;
     parent.insertBefore(element, before.parentNode === parent ? before : null);
+    if (record.first_kept_message_id == null) return;
+    for (const [messageId, other] of this.views) {
+      if (messageId < firstKept && other.element.parentNode === parent) other.element.classList.add("is-summarized");
+    }
   }
 
   #boundaries(view, records, parent) {
@@ -388,6 +517,32 @@ export class Transcript {
       this.scrollQueued = false;
       if (this.stick) this.scrollToEnd();
     });
+  }
+
+  // Loads older pages until `messageId` is shown, then scrolls it into view and marks it.
+  async reveal(messageId) {
+    const generation = this.generation;
+    while (!this.views.has(messageId) && this.hasMore && this.loadOlder) {
+      if (this.loadingOlder) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        continue;
+      }
+      this.loadingOlder = true;
+      try {
+        const page = await this.loadOlder(this.oldestMessageId);
+        if (generation !== this.generation) return false;
+        this.prepend(page.items, page.has_more);
+      } finally {
+        this.loadingOlder = false;
+      }
+    }
+    const view = this.views.get(messageId);
+    if (!view || generation !== this.generation) return false;
+    this.stick = false;
+    for (const found of this.list.querySelectorAll(".msg.is-found")) found.classList.remove("is-found");
+    view.element.classList.add("is-found");
+    view.element.scrollIntoView({ block: "center" });
+    return true;
   }
 
   async #older() {

@@ -13,10 +13,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from chat_shell.compression.budget import budget_for
-from chat_shell.compression.summary_compactor import SummaryCompactor
+from chat_shell.accounting.budget import budget_for
 from chat_shell.contracts import ChainMessage, ContextCompactionEvent, TurnCompleted, TurnEvent
 from chat_shell.guard.context_guard import UnifiedContextGuard
+from chat_shell.guard.stages.summary_compaction.compactor import SummaryCompactor
+from chat_shell.guard.stages.summary_compaction.settings import CompactionSettings
 from chat_shell.messages.convert import to_langchain
 from chat_shell.messages.markers import is_summary, markers
 from chat_shell.runtime import ChatShell
@@ -70,7 +71,7 @@ def small_shell(make_shell: MakeShell, **options: Any) -> ChatShell:
 async def test_heartbeats_arrive_while_a_slow_summarizer_works(
     make_shell: MakeShell, scripted_provider: ScriptedProvider
 ) -> None:
-    shell = small_shell(make_shell, compaction_heartbeat_seconds=0.1)
+    shell = small_shell(make_shell, compaction=CompactionSettings(heartbeat_seconds=0.1))
     scripted_provider.script_summaries(text("Summary one.", first_token_delay=0.6), text("Summary two."))
     events = await compacting_turn(shell)
     statuses = [e.record.status for e in summary_events(events)]
@@ -82,7 +83,7 @@ async def test_heartbeats_arrive_while_a_slow_summarizer_works(
 async def test_a_hanging_summarizer_times_out_into_the_fallback_and_the_emergency_stage(
     make_shell: MakeShell, scripted_provider: ScriptedProvider
 ) -> None:
-    shell = small_shell(make_shell, summary_timeout_seconds=0.5)
+    shell = small_shell(make_shell, compaction=CompactionSettings(summary_timeout_seconds=0.5))
     scripted_provider.script_summaries(Reply(hang=True))
     events = await compacting_turn(shell)
     (fallback,) = [e for e in summary_events(events) if e.record.status == "fallback"]
@@ -134,10 +135,11 @@ async def test_one_compaction_per_conversation_at_a_time(
 ) -> None:
     shell = small_shell(make_shell)
     profile = shell.profile()
+    budget = budget_for(profile)
 
     def guard() -> UnifiedContextGuard:
-        compactor = SummaryCompactor(shell.summarizer(profile), conversation_id=7)
-        return UnifiedContextGuard(profile, emit=lambda _: None, summary_compactor=compactor)
+        compactor = SummaryCompactor(shell.summarizer(profile, budget), conversation_id=7)
+        return UnifiedContextGuard(profile, budget, emit=lambda _: None, summary_compactor=compactor)
 
     messages = [to_langchain(entry) for entry in long_history()]
     arrived = asyncio.Event()
@@ -167,8 +169,11 @@ async def test_a_compaction_is_logged_traced_and_recorded_with_its_summary(
     exporter = InMemorySpanExporter()
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    compactor = SummaryCompactor(shell.summarizer(profile), conversation_id=9, checkpoint_message_id=42)
-    guard = UnifiedContextGuard(profile, emit=lambda _: None, summary_compactor=compactor)
+    budget = budget_for(profile)
+    compactor = SummaryCompactor(
+        shell.summarizer(profile, budget), conversation_id=9, checkpoint_message_id=42
+    )
+    guard = UnifiedContextGuard(profile, budget, emit=lambda _: None, summary_compactor=compactor)
     history = [to_langchain(entry) for entry in long_history()]
     history[0] = history[0].model_copy(
         update={"content": "Budget 8000 EUR, order ORD-1. " + str(history[0].content)}
@@ -208,8 +213,9 @@ async def test_a_failed_summary_is_not_retried_on_every_later_call_of_the_attemp
     shell = small_shell(make_shell)
     profile = shell.profile()
     scripted_provider.script_summaries(*[http_error(503)] * 5)
-    compactor = SummaryCompactor(shell.summarizer(profile), conversation_id=11)
-    guard = UnifiedContextGuard(profile, emit=lambda _: None, summary_compactor=compactor)
+    budget = budget_for(profile)
+    compactor = SummaryCompactor(shell.summarizer(profile, budget), conversation_id=11)
+    guard = UnifiedContextGuard(profile, budget, emit=lambda _: None, summary_compactor=compactor)
     state = [*[to_langchain(entry) for entry in long_history()], HumanMessage("Check the logs.", id="latest")]
     _, state = await step(guard, state)
     assert len(scripted_provider.summary_requests) == 1

@@ -14,14 +14,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from langchain_core.tools import tool
 from langchain_openai.chat_models.base import _convert_message_to_dict
 
-from chat_shell.compression.budget import budget_for
-from chat_shell.compression.summary_compactor import SUMMARY_OPENING
+from chat_shell.accounting.budget import budget_for
 from chat_shell.contracts import TextBlock, ToolBlock, TurnFailed
+from chat_shell.guard.stages.summary_compaction.prompts import SUMMARY_OPENING
 from chat_shell.messages.convert import to_langchain
 from chat_shell.runtime import ChatShell
 from chat_shell.tools.registry import ToolRegistry
@@ -118,10 +119,12 @@ class Run:
     requests: list[dict[str, Any]]
 
 
-async def run(shell: ChatShell, provider: ScriptedProvider, plans: list[dict[str, Any]]) -> Run:
+async def run(
+    shell: ChatShell, provider: ScriptedProvider, plans: list[dict[str, Any]], *, ahead: bool = False
+) -> Run:
     provider.reset()
     OUTPUTS.clear()
-    conversation = Conversation(shell)
+    conversation = Conversation(shell, ahead=ahead)
     counter = iter(range(1, 1_000_000))
     turns: list[Turn] = []
     pending_reply: set[int] = set()
@@ -231,22 +234,33 @@ def check_latest_user_message(result: Run) -> None:
 
 
 def check_every_chunk_summarized(result: Run) -> None:
-    """5. A message that leaves the model's view was in a summary request first, in order."""
+    """5. A message that leaves the model's view was in a summary request first, in order
+    (a compaction ahead of time sends its summary requests after the turn it follows)."""
     previous: set[int] = set()
+    # Markers summarized since the last chat request; `compaction`: those of one compaction,
+    # in the order its summary requests were sent.
+    summarized: set[int] = set()
+    compaction: list[int] = []
     for turn in result.turns:
         chat_index = 0
-        summary_markers: list[int] = []
         for body in turn.requests:
             if is_summary_request(body):
-                summary_markers.extend(n for m in body["messages"] for n in _markers(_text(m)))
+                markers = [n for m in body["messages"] for n in _markers(_text(m))]
+                summarized.update(markers)
+                compaction.extend(markers)
                 continue
             view = previous | turn.entering[chat_index]
             shown = _request_markers(body)
             missing = view - shown
-            assert missing <= set(summary_markers), (missing, summary_markers)
-            assert summary_markers == sorted(summary_markers)
-            previous, summary_markers = shown, []
+            assert missing <= summarized, (missing, sorted(summarized))
+            assert compaction == sorted(compaction)
+            previous, summarized, compaction = shown, set(), []
             chat_index += 1
+        # Summary requests after the turn's last chat request are a compaction ahead of time:
+        # in order by themselves (a later turn's compaction may summarize again what its
+        # checkpoint kept, such as the shortened previous user message).
+        assert compaction == sorted(compaction)
+        compaction = []
         if not turn.refused and chat_index:
             previous = previous | {_markers(turn.reply)[0]}
         elif turn.refused:
@@ -255,7 +269,8 @@ def check_every_chunk_summarized(result: Run) -> None:
 
 def check_requests_rebuild_from_the_checkpoint(result: Run) -> None:
     """6. Turn N's first request = system + checkpoint of K + chains of K+1..N-1 + the new
-    input, as the provider received it (the history the helper resolves like the backend)."""
+    input, as the provider received it (the history the helper resolves like the backend, from
+    the chains as stored: a checkpoint made ahead of time is stored on the turn it follows)."""
     conversation = result.conversation
     history: list[Any] = []
     for index, turn in enumerate(result.turns):
@@ -265,8 +280,7 @@ def check_requests_rebuild_from_the_checkpoint(result: Run) -> None:
             expected += [_convert_message_to_dict(to_langchain(entry)) for entry in history]
             expected.append({"role": "user", "content": turn.user})
             assert first["messages"] == expected
-        turn_result = conversation.results[index]
-        chain = turn_result.messages_chain
+        chain = conversation.stored[index]
         summaries = [i for i, entry in enumerate(chain) if entry.metadata.summary_compacted]
         if summaries:
             history = chain[summaries[-1] :]
@@ -274,26 +288,49 @@ def check_requests_rebuild_from_the_checkpoint(result: Run) -> None:
             history = [*history, conversation.user_entry(index + 1, turn.user), *chain]
 
 
-@given(plans=conversations)
-@settings(
-    max_examples=300 if DEEP else 50,
+_PROPERTY = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     database=None,
 )
+
+
+@given(plans=conversations)
+@settings(_PROPERTY, max_examples=300 if DEEP else 25)
 async def test_compaction_invariants_hold_on_generated_conversations(
     make_shell: MakeShell, scripted_provider: ScriptedProvider, plans: list[dict[str, Any]]
+) -> None:
+    await _check_invariants(make_shell, scripted_provider, plans, ahead=False)
+
+
+@pytest.mark.timeout(900)
+@given(plans=conversations)
+@settings(_PROPERTY, max_examples=300 if DEEP else 12)
+async def test_compaction_invariants_hold_with_compaction_ahead_of_time(
+    make_shell: MakeShell, scripted_provider: ScriptedProvider, plans: list[dict[str, Any]]
+) -> None:
+    """The same invariants with a compaction ahead of time after each turn, as the backend
+    schedules it."""
+    await _check_invariants(make_shell, scripted_provider, plans, ahead=True)
+
+
+async def _check_invariants(
+    make_shell: MakeShell, scripted_provider: ScriptedProvider, plans: list[dict[str, Any]], *, ahead: bool
 ) -> None:
     shell = make_shell(
         tools=ToolRegistry([fetch]), profile_overrides={"gpt-4o": PROFILE}, system_prompt=SYSTEM_PROMPT
     )
-    result = await run(shell, scripted_provider, plans)
+    result = await run(shell, scripted_provider, plans, ahead=ahead)
     available = budget_for(shell.profile()).available_input
     checkpoints = sum(
         any(e.metadata.summary_compacted for e in r.messages_chain) for r in result.conversation.results
     )
     event(f"turns that compacted: {min(checkpoints, 3)}{'+' if checkpoints >= 3 else ''}")
     event(f"refused turns: {sum(t.refused for t in result.turns) > 0}")
+    made_ahead = sum(
+        o is not None and o.checkpoint_chain is not None for o in result.conversation.ahead_outcomes
+    )
+    event(f"ahead: {ahead}, checkpoints made ahead: {min(made_ahead, 2)}{'+' if made_ahead >= 2 else ''}")
     check_visible_history(result)
     check_tool_pairs(result.requests)
     check_within_budget(result, available)

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from chat_shell.compression.split import split_view
-from chat_shell.compression.token_counter import TiktokenText, TokenCounter
-from chat_shell.compression.transcript import chunk_transcript
+from chat_shell.accounting.text_counter import TiktokenText
+from chat_shell.accounting.token_counter import TokenCounter
+from chat_shell.guard.stages.summary_compaction.split import split_view
+from chat_shell.guard.stages.summary_compaction.summary_input import chunk_transcript
 from tests.conftest import DEEP
 
 EXACT = TokenCounter(TiktokenText())

@@ -56,3 +56,9 @@ def tool_round(
         usage_metadata=usage,
     )
     return [call, ToolMessage(output, tool_call_id=f"call-{index}", name=name, id=f"tool-{index}")]
+
+
+def openai_shaped(message_id: str, call_id: str, name: str, arguments: str) -> AIMessage:
+    """An assistant tool call stored the raw OpenAI way (`additional_kwargs["tool_calls"]`)."""
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return AIMessage("", id=message_id, additional_kwargs={"tool_calls": [call]})

@@ -13,11 +13,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from backend.settings import Settings
-from chat_shell.compression.budget import budget_for
+from chat_shell.accounting.budget import budget_for
+from chat_shell.accounting.token_counter import TokenCounter
 from chat_shell.guard.context_guard import UnifiedContextGuard
 from chat_shell.guard.factory import build_guard
-from chat_shell.guard.protocol import GuardContext
-from chat_shell.messages.attachment_preview import preview_parts
+from chat_shell.guard.protocol import GuardContext, fixed_tools
+from chat_shell.guard.stages.attachment_preview.block import preview_parts
 from chat_shell.messages.markers import markers, with_markers
 from chat_shell.providers.profiles import ModelProfile, resolve_profile
 from tests.chat_shell.guard.helpers import Recorder, step, tool_round
@@ -50,9 +51,11 @@ def new_guard(
     recorder = Recorder()
     context = GuardContext(
         profile=profile,
+        budget=budget_for(profile),
+        counter=TokenCounter.for_profile(profile),
         conversation_id=world.conversation_id,
         turn_id=1,
-        tool_schemas=[],
+        tools=fixed_tools(),
         emit=recorder,
         attachments=world.reader if with_reader else None,
     )

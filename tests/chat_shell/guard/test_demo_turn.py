@@ -6,7 +6,8 @@ from typing import Any
 
 from langchain_core.tools import tool
 
-from chat_shell.compression.token_counter import TiktokenText, TokenCounter
+from chat_shell.accounting.text_counter import TiktokenText
+from chat_shell.accounting.token_counter import TokenCounter
 from chat_shell.guard.factory import build_guard
 from chat_shell.tools.registry import ToolRegistry
 from tests.support.scripted_provider import count_prompt_tokens, text, tool_call

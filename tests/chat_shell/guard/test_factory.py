@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from chat_shell.compression.token_counter import TiktokenText, TokenCounter
+from chat_shell.accounting.budget import budget_for
+from chat_shell.accounting.text_counter import TiktokenText
+from chat_shell.accounting.token_counter import TokenCounter
 from chat_shell.guard.factory import build_guard
-from chat_shell.guard.protocol import GuardContext, GuardFactory, TurnGuard
+from chat_shell.guard.protocol import GuardContext, GuardFactory, TurnGuard, fixed_tools
 from chat_shell.providers.profiles import resolve_profile
 from tests.chat_shell.guard.helpers import Recorder, step, tool_round
 from tests.support.texts import log_text
@@ -24,11 +26,14 @@ SCHEMAS = [
 
 
 def context(recorder: Recorder, **overrides: object) -> GuardContext:
+    profile = resolve_profile("gpt-4o")
     values: dict[str, object] = {
-        "profile": resolve_profile("gpt-4o"),
+        "profile": profile,
+        "budget": budget_for(profile),
+        "counter": TokenCounter.for_profile(profile),
         "conversation_id": 1,
         "turn_id": 1,
-        "tool_schemas": SCHEMAS,
+        "tools": fixed_tools(SCHEMAS),
         "emit": recorder,
     }
     values.update(overrides)

@@ -21,15 +21,19 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from chat_shell.compression.token_counter import TiktokenText, TokenCounter
+from chat_shell.accounting.budget import budget_for
+from chat_shell.accounting.text_counter import TiktokenText
+from chat_shell.accounting.token_counter import TokenCounter
+from chat_shell.agents.attempt_guidance import truncation_guidance
 from chat_shell.contracts import CompactionRecord
 from chat_shell.guard.context_guard import UnifiedContextGuard
-from chat_shell.guard.protocol import ContextRefused
-from chat_shell.guard.stages import SourceContext, SummaryOutcome, SummaryRequest
-from chat_shell.guard.tool_output import ToolOutputSource, parse
+from chat_shell.guard.protocol import ContextRefused, fixed_tools, guidance_message
+from chat_shell.guard.stages.source import SourceContext
+from chat_shell.guard.stages.summary_compaction.request import SummaryOutcome, SummaryRequest
+from chat_shell.guard.stages.tool_output import ToolOutputSource, parse
 from chat_shell.messages.markers import is_compacted, markers, with_markers
 from chat_shell.providers.profiles import ModelProfile, resolve_profile
-from tests.chat_shell.guard.helpers import Recorder, step, tool_round
+from tests.chat_shell.guard.helpers import Recorder, openai_shaped, step, tool_round
 from tests.support.texts import log_text
 
 GPT4O = resolve_profile("gpt-4o")
@@ -52,7 +56,8 @@ def opening(user: str = "Check the worker logs for errors, please.") -> list[Bas
 
 def new_guard(profile: ModelProfile = GPT4O, **kwargs: object) -> tuple[UnifiedContextGuard, Recorder]:
     recorder = Recorder()
-    return UnifiedContextGuard(profile, emit=recorder, **kwargs), recorder  # type: ignore[arg-type]
+    guard = UnifiedContextGuard(profile, budget_for(profile), emit=recorder, **kwargs)  # type: ignore[arg-type]
+    return guard, recorder
 
 
 # ---------------------------------------------------------------------------- the hook contract
@@ -156,28 +161,16 @@ async def test_tool_schemas_and_both_tool_call_shapes_are_part_of_the_count() ->
             },
         }
     ]
-    guard, _ = new_guard(tool_schemas=schemas)
+    guard, _ = new_guard(tools=fixed_tools(schemas))
     args = {"command": "journalctl -u worker --since -48h | grep -i error | tail -n 500"}
     lc = AIMessage("", id="ai-1", tool_calls=[{"id": "call-1", "name": "run_shell", "args": args}])
-    openai = AIMessage(
-        "",
-        id="ai-1",
-        additional_kwargs={
-            "tool_calls": [
-                {
-                    "id": "call-1",
-                    "type": "function",
-                    "function": {"name": "run_shell", "arguments": str(args)},
-                }
-            ]
-        },
-    )
+    openai = openai_shaped("ai-1", "call-1", "run_shell", str(args))
     result = ToolMessage("no errors", tool_call_id="call-1", id="tool-1")
     await step(guard, [*opening(), lc, result])
     with_lc = guard.final_metrics([*opening(), lc, result])
-    other, _ = new_guard(tool_schemas=schemas)
+    other, _ = new_guard(tools=fixed_tools(schemas))
     with_openai = other.final_metrics([*opening(), openai, result])
-    no_args, _ = new_guard(tool_schemas=schemas)
+    no_args, _ = new_guard(tools=fixed_tools(schemas))
     bare = no_args.final_metrics([*opening(), AIMessage("", id="ai-1"), result])
 
     assert with_lc.breakdown["tool_schemas"] == EXACT.count_tool_schemas(schemas) > 200
@@ -189,7 +182,7 @@ async def test_tool_schemas_and_both_tool_call_shapes_are_part_of_the_count() ->
 
 
 async def test_the_breakdown_attributes_every_used_token_to_one_source() -> None:
-    guard, recorder = new_guard(tool_schemas=[{"type": "function", "function": {"name": "f"}}])
+    guard, recorder = new_guard(tools=fixed_tools([{"type": "function", "function": {"name": "f"}}]))
     history = [
         SystemMessage("You are a careful operations assistant. " * 30, id="sys"),
         HumanMessage("first question " * 40, id="user-1"),
@@ -205,8 +198,9 @@ async def test_the_breakdown_attributes_every_used_token_to_one_source() -> None
     assert metrics.breakdown["current_input"] == local["user-2"]
     assert metrics.breakdown["tool_outputs"] == local["tool-1"]
     assert metrics.breakdown["history"] == local["user-1"] + local["ai-1"] + local["ai-2"]
-    # The system prompt, reply priming and the configured fixed overhead.
-    assert metrics.breakdown["system"] == local["sys"] + 3 + 4_000
+    # The system prompt with the reply priming; the configured fixed overhead on its own.
+    assert metrics.breakdown["system"] == local["sys"] + 3
+    assert metrics.breakdown["overhead"] == 4_000
     assert metrics.breakdown["tool_schemas"] > 0
     assert metrics.estimate_source == "configured"
 
@@ -271,7 +265,7 @@ async def test_annotated_responses_carry_calibration_samples_and_counts_that_a_r
     _, state = await step(guard, opening())
     local = recorder.metrics[-1].calibration["local_tokens"]
     _, state = await step(guard, [*state, *tool_round(1, log_text(60_000), provider_input=local + 9_000)])
-    second_local = guard._requests[-1].local
+    second_local = guard._account._requests[-1].local
     final = [
         *state,
         AIMessage(
@@ -545,3 +539,21 @@ async def test_the_local_model_profile_compacts_with_the_cjk_aware_estimate() ->
     assert guard.counter.count_text(compact.text) <= guard.budget.tool_output_tokens == 896
     metrics = recorder.metrics[-1]
     assert metrics.used_input <= metrics.trigger and metrics.context_window == 4_096
+
+
+async def test_attempt_guidance_is_counted_in_the_request_it_is_appended_to_and_only_there() -> None:
+    guidance = truncation_guidance(1, 3)
+    plain, plain_recorder = new_guard()
+    guided, guided_recorder = new_guard(guidance=guidance)
+    _, plain_state = await step(plain, opening())
+    _, guided_state = await step(guided, opening())
+    first = guided_recorder.metrics[-1].calibration["local_tokens"]
+    assert first - plain_recorder.metrics[-1].calibration["local_tokens"] == (
+        EXACT.count_message(guidance_message(guidance)).tokens
+    )
+    # The next call of the attempt comes after the model answered; the guidance is not resent.
+    later = [*guided_state, *tool_round(1, "ok")]
+    assert (
+        guided.final_metrics(later).calibration["local_tokens"]
+        == (plain.final_metrics([*plain_state, *tool_round(1, "ok")]).calibration["local_tokens"])
+    )

@@ -1,0 +1,1 @@
+"""Compaction work the backend schedules itself, outside any turn (issue 20)."""

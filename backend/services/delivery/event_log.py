@@ -1,0 +1,285 @@
+"""The durable, ordered event log of turns (SPEC 6.3).
+
+Events are numbered per turn (seq 1, 2, ... without gaps) and committed to `turn_events`
+before anyone sees them. One writer task per process commits every pending event of every
+turn in a single transaction (group commit): at low load an event is written the moment it
+arrives; under load, the events that queued during one commit go out together in the next.
+
+Text comes in frames: the first text after a quiet spell goes out at once, and the text that
+follows within `FRAME_SECONDS` becomes one `message.delta` at the end of that window, so the
+log, the broker and every stream work once per frame, not once per token. Text that queues up
+behind a commit is merged the same way. Frames are made before they are numbered, so a
+numbered event is never merged or split afterwards and replay reproduces the text exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from backend.models import TurnEvent
+from backend.services.delivery.stream_events import Delta, StreamPayload
+
+log = logging.getLogger(__name__)
+
+# A turn's text is sent at most once per this many seconds (the first text after a quiet
+# spell at once): at a typical 50 tokens/s nothing waits; a fast stream gets ~20 ms frames.
+FRAME_SECONDS = 0.02
+# A batch that finds SQLite locked past its busy timeout is written again this many times.
+LOCKED_ATTEMPTS = 5
+LOCKED_BACKOFF_SECONDS = 0.5
+_INSERT = insert(TurnEvent.__table__)
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """One numbered event as the log stores it and the stream sends it (`event:`, `data:`)."""
+
+    turn_id: int
+    seq: int
+    event: str
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, turn_id: int, seq: int, payload: StreamPayload) -> StoredEvent:
+        return cls(turn_id, seq, payload.event, payload.data())
+
+    @property
+    def sse_id(self) -> str:
+        return f"{self.turn_id}:{self.seq}"
+
+
+# Called inside the commit's transaction with the events being written (terminal events carry
+# the turn's result, which must land in the same transaction as the event that announces it).
+CommitHook = Callable[[AsyncSession, Sequence[StoredEvent]], Awaitable[None]]
+# Called once per commit, after every event's hook, in the same transaction.
+FinishCommit = Callable[[AsyncSession], Awaitable[None]]
+
+
+@dataclass
+class _Pending:
+    payload: StreamPayload
+    hook: CommitHook | None
+
+
+class LogWriteFailed(Exception):
+    """A commit of this turn's events failed: nothing more can be appended to its log."""
+
+
+class TurnLog:
+    """The writer side of one turn's log. `append` never blocks on the database.
+
+    Once a commit of its events fails, the log is broken: `on_error` is called (the turn's job
+    stops) and every later `append` and `drain` raises `LogWriteFailed`.
+    """
+
+    def __init__(
+        self, writer: EventWriter, turn_id: int, last_seq: int = 0, on_error: Callable[[], None] | None = None
+    ) -> None:
+        self._writer = writer
+        self.turn_id = turn_id
+        self.last_seq = last_seq
+        self._on_error = on_error
+        self._pending: list[_Pending] = []
+        self._in_flight = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._error: LogWriteFailed | None = None
+        # The text of the frame being gathered, and the end of the current frame window.
+        self._frame: list[str] = []
+        self._window: asyncio.TimerHandle | None = None
+
+    @property
+    def broken(self) -> bool:
+        return self._error is not None
+
+    def append_text(self, text: str) -> None:
+        """A piece of the reply's text: sent at once after a quiet spell, else with its frame."""
+        if self._error is not None:
+            raise self._error
+        self._frame.append(text)
+        self._idle.clear()
+        if self._window is None:
+            self._flush_frame()
+            self._window = asyncio.get_running_loop().call_later(FRAME_SECONDS, self._window_ends)
+
+    def append(self, payload: StreamPayload, hook: CommitHook | None = None) -> None:
+        if self._error is not None:
+            raise self._error
+        self._flush_frame()  # the text before this event goes out before it
+        self._queue(payload, hook)
+
+    def _window_ends(self) -> None:
+        """A frame window closed: its text goes out and the next window opens; none is left
+        open after a window without text, so the next text goes out at once."""
+        self._window = None
+        if self._frame and self._error is None:
+            self._flush_frame()
+            self._window = asyncio.get_running_loop().call_later(FRAME_SECONDS, self._window_ends)
+
+    def _flush_frame(self) -> None:
+        if self._frame:
+            text, self._frame = "".join(self._frame), []
+            self._queue(Delta(text=text), None)
+
+    def _queue(self, payload: StreamPayload, hook: CommitHook | None) -> None:
+        last = self._pending[-1] if self._pending else None
+        if isinstance(payload, Delta) and last is not None and isinstance(last.payload, Delta):
+            last.payload = Delta(text=last.payload.text + payload.text)
+        else:
+            self._pending.append(_Pending(payload, hook))
+        self._idle.clear()
+        if not self._in_flight:
+            self._submit()
+
+    def _submit(self) -> None:
+        batch, self._pending = self._pending, []
+        events = []
+        for item in batch:
+            self.last_seq += 1
+            events.append((StoredEvent.of(self.turn_id, self.last_seq, item.payload), item.hook))
+        self._in_flight = True
+        self._writer.enqueue(self, events)
+
+    def committed(self, error: BaseException | None) -> None:
+        self._in_flight = False
+        if error is not None and self._error is None:
+            self._error = LogWriteFailed(f"turn {self.turn_id}: its events could not be stored")
+            self._error.__cause__ = error
+            self._pending.clear()
+            self._frame.clear()
+            if self._on_error is not None:
+                self._on_error()
+        if self._pending:
+            self._submit()
+        else:
+            self._idle.set()
+
+    async def drain(self) -> None:
+        """Waits until everything appended so far is committed (and published)."""
+        if self._error is None:
+            self._flush_frame()
+        await self._idle.wait()
+        if self._error is not None:
+            raise self._error
+
+
+Publish = Callable[[Sequence[StoredEvent]], Awaitable[None]]
+
+
+# A turn's events waiting for the next group commit, each with what commits beside it.
+QueuedEvents = tuple[TurnLog, list[tuple[StoredEvent, CommitHook | None]]]
+
+
+class EventWriter:
+    """The process-wide group-commit writer behind every `TurnLog`.
+
+    `finish_commit` ends each commit's transaction: the dashboard's rollups write what the
+    hooks staged there, merged and in one key order (`rollups.write_staged`).
+    """
+
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], publish: Publish, finish_commit: FinishCommit
+    ) -> None:
+        self._sessions = sessions
+        self._engine: AsyncEngine = sessions.kw["bind"]
+        self._publish = publish
+        self._finish_commit = finish_commit
+        self._queue: list[QueuedEvents] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="event-writer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def open(self, turn_id: int, last_seq: int = 0, on_error: Callable[[], None] | None = None) -> TurnLog:
+        return TurnLog(self, turn_id, last_seq, on_error)
+
+    def enqueue(self, turn_log: TurnLog, events: list[tuple[StoredEvent, CommitHook | None]]) -> None:
+        self._queue.append((turn_log, events))
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._queue = self._queue, []
+            if batch:
+                await self._commit(batch)
+
+    async def _write(self, batch: list[QueuedEvents], events: list[StoredEvent]) -> None:
+        # A Core insert of the table (the ORM's bulk path costs more than the row), one row (the
+        # usual frame) without executemany.
+        rows = [{"turn_id": e.turn_id, "seq": e.seq, "event": e.event, "data": e.data} for e in events]
+        values = rows[0] if len(rows) == 1 else rows
+        hooked = [(event, hook) for _, items in batch for event, hook in items if hook is not None]
+        if not hooked:
+            # Text frames, the most commits: nothing stages rollups, so no ORM session is needed.
+            async with self._engine.begin() as connection:
+                await connection.execute(_INSERT, values)
+            return
+        async with self._sessions() as db, db.begin():
+            await db.execute(_INSERT, values)
+            for event, hook in hooked:
+                await hook(db, [event])
+            await self._finish_commit(db)
+
+    async def _commit(self, batch: list[QueuedEvents]) -> None:
+        events = [event for _, items in batch for event, _ in items]
+        error: BaseException | None = None
+        for attempt in range(1, LOCKED_ATTEMPTS + 1):
+            try:
+                await self._write(batch, events)
+                break
+            except Exception as exc:
+                if attempt < LOCKED_ATTEMPTS and _is_locked(exc):
+                    # SQLite's single write lock, held past the busy timeout by a burst of other
+                    # writers: the events are still here, so wait and write them, not lose them.
+                    log.warning("event log found the database locked (attempt %d), retrying", attempt)
+                    await asyncio.sleep(LOCKED_BACKOFF_SECONDS * attempt)
+                    continue
+                # The turns in this batch stop; others keep going.
+                log.exception("event log commit failed for turns %s", sorted({e.turn_id for e in events}))
+                error = exc
+                break
+        if error is None:
+            try:
+                await self._publish(events)
+            except Exception:  # the log is durable; subscribers catch up from it
+                log.exception("publishing turn events failed")
+        for turn_log, _ in batch:
+            turn_log.committed(error)
+
+
+async def latest_seq(db: AsyncSession, turn_id: int) -> int:
+    """The seq of the turn's newest committed event (0 before the first)."""
+    return (
+        await db.scalar(select(func.coalesce(func.max(TurnEvent.seq), 0)).where(TurnEvent.turn_id == turn_id))
+        or 0
+    )
+
+
+async def read_events(db: AsyncSession, turn_id: int, after_seq: int, limit: int = 1000) -> list[StoredEvent]:
+    rows = await db.execute(
+        select(TurnEvent.seq, TurnEvent.event, TurnEvent.data)
+        .where(TurnEvent.turn_id == turn_id, TurnEvent.seq > after_seq)
+        .order_by(TurnEvent.seq)
+        .limit(limit)
+    )
+    return [StoredEvent(turn_id, seq, event, data) for seq, event, data in rows]
+
+
+def _is_locked(exc: Exception) -> bool:
+    return isinstance(exc, OperationalError) and "database is locked" in str(exc.orig)

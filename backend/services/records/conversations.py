@@ -1,0 +1,222 @@
+"""Conversations: ownership, listing, renaming, deleting and forking."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import select, tuple_
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from backend.model_catalog import ModelCatalog
+from backend.models import Conversation, Message, MessageStatus, Role, Turn, TurnStatus, User
+from backend.models.base import MAX_BIG_ID, utcnow
+from backend.schemas.conversations import ConversationOut, ConversationPage
+from backend.services.decimals import ascii_decimal
+from backend.services.errors import Conflict, Invalid, Malformed, NotFound
+from backend.services.records.lineage import find_visible_message, lineage
+
+
+async def get_owned(db: AsyncSession, user: User, conversation_id: int) -> Conversation:
+    return await get_for_owner(db, user.id, conversation_id)
+
+
+async def get_for_owner(db: AsyncSession, owner_id: int, conversation_id: int) -> Conversation:
+    """The live conversation of `owner_id`; anyone else's or a deleted one is "not found"."""
+    conversation = await db.scalar(
+        select(Conversation).where(
+            Conversation.id == conversation_id,
+            Conversation.owner_id == owner_id,
+            Conversation.deleted_at.is_(None),
+        )
+    )
+    if conversation is None:
+        raise NotFound.of("conversation")
+    return conversation
+
+
+def _instructions(text: str | None) -> str | None:
+    return text if text and text.strip() else None
+
+
+async def create(
+    db: AsyncSession,
+    user: User,
+    title: str,
+    model_profile: str | None,
+    catalog: ModelCatalog,
+    instructions: str | None = None,
+) -> Conversation:
+    """A new conversation; its model, when it names one, must be configured (`unknown_model`)."""
+    if model_profile is not None:
+        catalog.resolve(model_profile)
+    conversation = Conversation(
+        owner_id=user.id,
+        title=title,
+        model_profile=model_profile,
+        instructions=_instructions(instructions),
+    )
+    db.add(conversation)
+    await db.flush()
+    return conversation
+
+
+def _encode_cursor(updated_at: datetime, conversation_id: int) -> str:
+    return base64.urlsafe_b64encode(f"{updated_at.isoformat()}|{conversation_id}".encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, int]:
+    try:
+        stamp, _, ident = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
+        conversation_id = ascii_decimal(ident, maximum=MAX_BIG_ID)
+        if conversation_id is not None:
+            return datetime.fromisoformat(stamp), conversation_id
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    raise Malformed("invalid_cursor", "the paging cursor is not valid")
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+async def list_page(
+    db: AsyncSession, user: User, limit: int, cursor: str | None, query: str | None
+) -> tuple[list[Conversation], str | None]:
+    """Newest first (by last activity), keyset-paged so deep pages cost what the first costs."""
+    stmt = select(Conversation).where(Conversation.owner_id == user.id, Conversation.deleted_at.is_(None))
+    if query:
+        stmt = stmt.where(Conversation.title.ilike(f"%{_escape_like(query)}%", escape="\\"))
+    if cursor:
+        updated_at, ident = _decode_cursor(cursor)
+        # A row-value comparison lets both databases continue the index scan at the cursor.
+        stmt = stmt.where(tuple_(Conversation.updated_at, Conversation.id) < tuple_(updated_at, ident))
+    rows = list(
+        await db.scalars(
+            stmt.order_by(Conversation.updated_at.desc(), Conversation.id.desc()).limit(limit + 1)
+        )
+    )
+    next_cursor = (
+        _encode_cursor(rows[limit - 1].updated_at, rows[limit - 1].id) if len(rows) > limit else None
+    )
+    return rows[:limit], next_cursor
+
+
+async def running_turns(db: AsyncSession, conversation_ids: Sequence[int]) -> dict[int, int]:
+    """The running turn of each of these conversations that has one."""
+    if not conversation_ids:
+        return {}
+    rows = await db.execute(
+        select(Turn.conversation_id, Turn.id).where(
+            Turn.conversation_id.in_(conversation_ids), Turn.status == TurnStatus.RUNNING
+        )
+    )
+    return {conversation_id: turn_id for conversation_id, turn_id in rows}
+
+
+async def running_turns_of(db: AsyncSession, owner_id: int) -> list[int]:
+    """The running turns of every conversation of `owner_id`."""
+    rows = await db.scalars(
+        select(Turn.id)
+        .join(Conversation, Conversation.id == Turn.conversation_id)
+        .where(Conversation.owner_id == owner_id, Turn.status == TurnStatus.RUNNING)
+    )
+    return list(rows)
+
+
+async def page(
+    db: AsyncSession, user: User, limit: int, cursor: str | None, query: str | None
+) -> ConversationPage:
+    rows, next_cursor = await list_page(db, user, limit, cursor, query)
+    running = await running_turns(db, [row.id for row in rows])
+    return ConversationPage(
+        items=[ConversationOut.of(row, running.get(row.id)) for row in rows], next_cursor=next_cursor
+    )
+
+
+async def shown(db: AsyncSession, conversation: Conversation) -> ConversationOut:
+    """The conversation as the API shows it, with its running turn if one is."""
+    running = await running_turns(db, [conversation.id])
+    return ConversationOut.of(conversation, running.get(conversation.id))
+
+
+def update(conversation: Conversation, changes: dict[str, str | None], catalog: ModelCatalog) -> None:
+    """Applies the fields a client sent (a title of None is no change; a model of None
+    clears it, so the default model answers; another must be configured; blank instructions
+    clear them)."""
+    if changes.get("model_profile") is not None:
+        catalog.resolve(changes["model_profile"])
+    if changes.get("title") is not None:
+        conversation.title = str(changes["title"])
+    if "model_profile" in changes:
+        conversation.model_profile = changes["model_profile"]
+    if "instructions" in changes:
+        conversation.instructions = _instructions(changes["instructions"])
+
+
+async def soft_delete(db: AsyncSession, conversation: Conversation) -> None:
+    conversation.deleted_at = utcnow()
+
+
+async def fork(
+    db: AsyncSession, user: User, conversation: Conversation, message_id: int, title: str | None
+) -> Conversation:
+    # Fork point 0 inherits nothing; otherwise the fork's path goes on from the fork point.
+    message = None
+    if message_id > 0:
+        message = await find_visible_message(db, await lineage(db, conversation), message_id)
+        if message is None:
+            raise NotFound.of("message")
+        if message.role == Role.ASSISTANT and message.status in (
+            MessageStatus.RUNNING,
+            MessageStatus.PENDING,
+        ):
+            raise Conflict("message_not_finished", "wait for the reply to finish before forking at it")
+    child = Conversation(
+        owner_id=user.id,
+        title=title or conversation.title,
+        model_profile=conversation.model_profile,
+        mcp_servers=conversation.mcp_servers,
+        mcp_ask_first=conversation.mcp_ask_first,
+        instructions=conversation.instructions,
+        forked_from_conversation_id=conversation.id,
+        forked_from_message_id=message_id,
+        next_message_id=message_id + 1,
+        current_leaf_pk=message.id if message is not None else None,
+    )
+    db.add(child)
+    await db.flush()
+    return child
+
+
+async def visible_message(db: AsyncSession, conversation: Conversation, message_id: int) -> Message:
+    message = await find_visible_message(db, await lineage(db, conversation), message_id)
+    if message is None:
+        raise NotFound.of("message")
+    return message
+
+
+async def question_to_answer(db: AsyncSession, conversation: Conversation, message_id: int | None) -> Message:
+    """The user message a new version of a reply answers: the question of reply `message_id`
+    (or that question itself), else of the current path's last reply; a path that ends in a
+    question (a fork at it) answers that one."""
+    if message_id is not None:
+        target: Message | None = await visible_message(db, conversation, message_id)
+    elif conversation.current_leaf_pk is not None:
+        target = await db.get(Message, conversation.current_leaf_pk)
+    else:
+        target = None
+    if target is not None and target.role == Role.ASSISTANT:
+        target = await db.get(Message, target.parent_pk) if target.parent_pk is not None else None
+    if target is None or target.role != Role.USER:
+        raise Conflict("nothing_to_regenerate", "there is no message to answer again")
+    return target
+
+
+async def question_to_edit(db: AsyncSession, conversation: Conversation, message_id: int) -> Message:
+    message = await visible_message(db, conversation, message_id)
+    if message.role != Role.USER:
+        raise Invalid("not_a_question", "only your own messages can be edited")
+    return message

@@ -1,1 +1,0 @@
-"""Token accounting, budgets, calibration and summary compaction."""

@@ -1,1 +1,0 @@
-"""Loading the model-visible history (package mode in-process, service mode over HTTP)."""

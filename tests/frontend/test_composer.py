@@ -1,0 +1,165 @@
+"""The composer never loses a word: a second Enter does not stop the reply, the box stays usable
+while a reply streams (a message sent then waits for the reply to end), a failed send gives the
+text back, and on a touch screen Enter adds a line while the Send button sends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, Route, expect
+
+from tests.frontend.actions import composer, conversation_id, last_assistant, start, stored, wait_finished
+from tests.frontend.conftest import SIZES, open_page, screenshot
+from tests.support.browser import Stack
+from tests.support.scripted_provider import text
+
+pytestmark = pytest.mark.browser
+
+SLOW = " ".join(f"word{n}" for n in range(120))
+
+
+@pytest.fixture
+def desktop(browser: Browser, stack: Stack) -> Iterator[Page]:
+    yield from open_page(browser, stack, **SIZES["desktop"])
+
+
+@pytest.fixture
+def phone(browser: Browser, stack: Stack) -> Iterator[Page]:
+    yield from open_page(browser, stack, **SIZES["phone"])
+
+
+def test_a_second_enter_does_not_stop_the_reply(desktop: Page, stack: Stack, username: str) -> None:
+    page = desktop
+    client = start(page, stack, username)
+    stack.provider.script(text(SLOW, token_delay=0.02))
+    box = composer(page)
+    box.fill("Count for me")
+    box.press("Enter")
+    box.press("Enter", delay=0)  # the impatient double press, well within half a second
+    expect(last_assistant(page)).to_have_attribute("data-status", "running")
+    expect(box).to_be_focused()
+    expect(box).to_have_value("")
+    wait_finished(page)
+    messages = stored(client, conversation_id(page))
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[-1]["status"] == "completed"
+
+
+def test_a_draft_typed_while_a_reply_streams_survives_and_waits(
+    desktop: Page, stack: Stack, username: str
+) -> None:
+    page = desktop
+    client = start(page, stack, username)
+    stack.provider.script(text(SLOW, token_delay=0.03), text(SLOW, token_delay=0.01))
+    box = composer(page)
+    box.fill("First question")
+    box.press("Enter")
+    reply = last_assistant(page)
+    expect(reply.locator(".md")).to_contain_text("word5")
+    # The box is enabled and keeps the focus while the reply streams: the next draft is typed.
+    expect(box).to_be_enabled()
+    box.press_sequentially("Second question, drafted meanwhile")
+    expect(page.get_by_role("button", name="Stop")).to_be_visible()
+    screenshot(page, "composer-while-streaming")
+    wait_finished(page)
+    expect(box).to_have_value("Second question, drafted meanwhile")
+
+    # Sent while the next reply streams: it leaves the box at once and goes when the reply ends.
+    box.press("Enter")
+    expect(last_assistant(page)).to_have_attribute("data-status", "running")
+    box.press_sequentially("Third")
+    box.press("Enter")
+    expect(box).to_have_value("")
+    expect(page.locator("#composer-status")).to_contain_text("sent when this reply ends")
+    expect(page.locator(".msg.user")).to_have_count(2)
+    expect(page.locator(".msg.user")).to_have_count(3, timeout=20_000)
+    wait_finished(page)
+    users = [m["content"] for m in stored(client, conversation_id(page)) if m["role"] == "user"]
+    assert users == ["First question", "Second question, drafted meanwhile", "Third"]
+    assert all(m["status"] == "completed" for m in stored(client, conversation_id(page)))
+
+
+def test_a_failed_send_gives_the_text_back(desktop: Page, stack: Stack, username: str) -> None:
+    page = desktop
+    start(page, stack, username)
+    box = composer(page)
+    box.fill("Hello")
+    box.press("Enter")
+    wait_finished(page)
+
+    def refuse(route: Route) -> None:
+        if route.request.method == "POST":
+            route.fulfill(
+                status=503,
+                json={"code": "unavailable", "message": "The service is busy; try again."},
+            )
+        else:
+            route.continue_()
+
+    page.route("**/api/conversations/*/messages", refuse)
+    box.fill("A long thought I do not want to type again")
+    box.press("Enter")
+    expect(page.locator("#composer-status")).to_contain_text("busy")
+    expect(box).to_have_value("A long thought I do not want to type again")
+    expect(box).to_be_focused()
+    page.unroute("**/api/conversations/*/messages")
+    box.press("Enter")
+    wait_finished(page)
+    sent = page.locator(".msg.user .msg-body").last
+    expect(sent).to_have_text("A long thought I do not want to type again")
+    expect(box).to_have_value("")
+
+
+def test_on_a_phone_enter_adds_a_line_and_the_button_sends(phone: Page, stack: Stack, username: str) -> None:
+    page = phone
+    client = start(page, stack, username)
+    assert page.evaluate("matchMedia('(pointer: coarse)').matches")
+    stack.provider.script(text(SLOW, token_delay=0.03))
+    box = composer(page)
+    box.tap()
+    box.press_sequentially("Line one")
+    box.press("Enter")
+    box.press_sequentially("Line two")
+    expect(box).to_have_value("Line one\nLine two")
+    expect(page.locator(".msg")).to_have_count(0)
+    page.get_by_role("button", name="Send").tap()
+    expect(last_assistant(page)).to_have_attribute("data-status", "running")
+    expect(box).to_be_focused()
+    expect(box).to_have_value("")
+    box.press_sequentially("Next one")
+    expect(page.get_by_role("button", name="Stop")).to_be_visible()
+    screenshot(page, "composer-while-streaming-phone")
+    wait_finished(page)
+    expect(box).to_have_value("Next one")
+    messages = stored(client, conversation_id(page))
+    assert messages[0]["content"] == "Line one\nLine two"
+    assert messages[-1]["status"] == "completed"
+
+
+def test_a_waiting_message_goes_when_the_reply_is_stopped_or_comes_back_to_edit(
+    desktop: Page, stack: Stack, username: str
+) -> None:
+    page = desktop
+    client = start(page, stack, username)
+    stack.provider.script(text(SLOW, token_delay=0.03), text(SLOW, token_delay=0.03))
+    box = composer(page)
+    box.fill("First")
+    box.press("Enter")
+    expect(last_assistant(page).locator(".md")).to_contain_text("word3")
+    box.fill("Changed my mind")
+    box.press("Enter")
+    status = page.locator("#composer-status")
+    status.get_by_role("button", name="Edit it").click()
+    expect(box).to_have_value("Changed my mind")
+    expect(box).to_be_focused()
+    box.fill("Second, sent on Stop")
+    box.press("Enter")
+    expect(status).to_contain_text("sent when this reply ends")
+    page.get_by_role("button", name="Stop").click()
+    expect(page.locator(".msg.user")).to_have_count(2)
+    expect(page.locator(".msg.assistant").first).to_have_attribute("data-status", "cancelled")
+    wait_finished(page)
+    messages = stored(client, conversation_id(page))
+    assert [m["content"] for m in messages if m["role"] == "user"] == ["First", "Second, sent on Stop"]
+    assert [m["status"] for m in messages if m["role"] == "assistant"] == ["cancelled", "completed"]

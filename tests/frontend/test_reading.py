@@ -1,0 +1,79 @@
+"""Reading a conversation: a long user message collapses behind "Show more", and code in a
+user message renders monospace (never as HTML), at desktop and phone sizes."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.frontend.actions import send, start, wait_finished
+from tests.frontend.conftest import screenshot
+from tests.support.browser import Stack
+
+pytestmark = pytest.mark.browser
+
+PASTED_LOG = "\n".join(f"12:00:{n:02d} worker-{n % 4} handled request {n} in {n * 3} ms" for n in range(60))
+QUESTION = (
+    "Why is `worker-3` slow? Here is the log:\n```text\n"
+    + PASTED_LOG
+    + '\n```\nAnd <img src="/x.png" onerror="window.pwned=1"> is just text.'
+)
+
+
+def test_long_user_messages_collapse_and_code_is_monospace(sized: Page, stack: Stack, username: str) -> None:
+    page = sized
+    start(page, stack, username)
+    send(page, QUESTION)
+    wait_finished(page)
+    message = page.locator(".msg.user")
+    body = message.locator(".msg-body")
+    collapsed = body.bounding_box()
+    assert collapsed is not None
+    more = message.get_by_role("button", name="Show more")
+    expect(more).to_have_attribute("aria-expanded", "false")
+    # Collapsed, the 60-line paste takes a few lines of the screen, not all of it.
+    assert collapsed["height"] < 0.45 * page.viewport_size["height"]  # type: ignore[index]
+
+    code = body.locator("pre.user-code code")
+    expect(code).to_have_text(PASTED_LOG)
+    font = code.evaluate("el => getComputedStyle(el).fontFamily")
+    assert "mono" in font.lower()
+    inline = body.locator(":scope > code")
+    expect(inline).to_have_text("worker-3")
+    assert "mono" in inline.evaluate("el => getComputedStyle(el).fontFamily").lower()
+    # What looks like HTML stays text.
+    expect(body).to_contain_text('<img src="/x.png" onerror="window.pwned=1"> is just text.')
+    assert body.locator("img").count() == 0 and page.evaluate("window.pwned") is None
+    screenshot(page, f"long-message-collapsed-{page.viewport_size['width']}")  # type: ignore[index]
+
+    more.click()
+    expect(message.get_by_role("button", name="Show less")).to_have_attribute("aria-expanded", "true")
+    expanded = body.bounding_box()
+    assert expanded is not None and expanded["height"] > 2 * collapsed["height"]
+    # Copy gives the message exactly as typed.
+    assert page.evaluate("document.querySelector('.msg.user').view.copyText()") == QUESTION
+
+
+TITLES = [
+    ("**Plan** a *three-day* trip to Kyoto", "Plan a three-day trip to Kyoto"),
+    ("# Kyoto in spring\nmore text", "Kyoto in spring"),
+    ("```python\nprint('hanami')\n```", "print('hanami')"),
+    ("- [the docs](https://example.com) say `read_message`", "the docs say read_message"),
+    ("> quoted ~~old~~ idea", "quoted old idea"),
+    ("\n\n  snake_case_name is 2*3  ", "snake_case_name is 2*3"),
+    ("", "New conversation"),
+]
+
+
+def test_titles_from_the_first_message_drop_markdown(page: Page, stack: Stack, username: str) -> None:
+    start(page, stack, username)
+    made = page.evaluate(
+        "async (texts) => { const { titleFrom } = await import('/static/js/format.js');"
+        " return texts.map(titleFrom); }",
+        [source for source, _ in TITLES],
+    )
+    assert made == [title for _, title in TITLES]
+    send(page, "**Plan** a *three-day* trip to Kyoto")
+    wait_finished(page)
+    expect(page.locator("#conversation-title")).to_have_text("Plan a three-day trip to Kyoto")
+    expect(page.locator(".conv").first).to_contain_text("Plan a three-day trip to Kyoto")
