@@ -23,6 +23,8 @@ class User(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     # Set by an operator: the account cannot log in and none of its credentials authenticate.
     disabled_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # The page's language as the user picked it (a tag of `backend.i18n`); None follows the browser.
+    language: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class Session(Base):

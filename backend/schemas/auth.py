@@ -36,6 +36,15 @@ class UserOut(BaseModel):
     username: str
     is_operator: bool
     created_at: datetime
+    language: str | None = Field(description="The page's language as chosen; null follows the browser.")
+
+
+class LanguageChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    language: str | None = Field(
+        description='A language tag of the page ("en", "zh-CN"); null follows the browser.'
+    )
 
 
 class LoginOut(BaseModel):

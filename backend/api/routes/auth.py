@@ -20,6 +20,7 @@ from backend.schemas.auth import (
     Credentials,
     InviteCreate,
     InviteOut,
+    LanguageChoice,
     LoginOut,
     PasswordChange,
     Registration,
@@ -129,6 +130,12 @@ async def change_password(body: PasswordChange, principal: CurrentPrincipal, db:
 @router.get("/me", response_model=UserOut)
 async def me(user: CurrentUser) -> UserOut:
     return UserOut.model_validate(user)
+
+
+@router.put("/language", response_model=UserOut)
+async def set_language(body: LanguageChoice, user: CurrentUser, db: Db) -> UserOut:
+    """The page's language for this account, on every page from the next one it loads."""
+    return UserOut.model_validate(await auth.set_language(db, user, body.language))
 
 
 @router.post("/tokens", status_code=status.HTTP_201_CREATED, response_model=TokenCreated)

@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from backend import i18n
 from backend.api.deps import SESSION_COOKIE, Db, app_context, local_model_of
 from backend.api.params import ConversationId
 from backend.models import User
@@ -24,6 +25,7 @@ from backend.services.records import auth, conversations
 
 FRONTEND = Path(__file__).resolve().parents[3] / "frontend"
 templates = Jinja2Templates(directory=FRONTEND / "templates")
+i18n.install(templates.env)
 static_files = StaticFiles(directory=FRONTEND / "static")
 router = APIRouter(include_in_schema=False)
 
@@ -35,6 +37,9 @@ async def _viewer(request: Request, db: Db) -> User | None:
 
 
 def _page(request: Request, template: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
+    user = context.get("user")
+    lang = i18n.negotiate(request.headers.get("accept-language"), user.language if user else None)
+    context = {**context, "lang": lang, "i18n": i18n.page_catalog(lang)}
     response = templates.TemplateResponse(request, template, context, status_code=status)
     # Pages show account data; the security headers come with every response (web_security).
     response.headers["Cache-Control"] = "no-store"
@@ -80,12 +85,7 @@ async def _operators_only(request: Request, db: Db, template: str) -> Response:
     if user is None:
         return _to_login(request)
     if not user.is_operator:
-        context = {
-            "user": user,
-            "heading": "Page not found",
-            "detail": "There is nothing here for this account.",
-        }
-        return _page(request, "not_found.html", context, status=404)
+        return _page(request, "not_found.html", {"user": user, "reason": "operators_only"}, status=404)
     boot = {"user": _boot_user(user), "registration": _registration(request)}
     return _page(request, template, {"boot": boot, "user": user})
 
@@ -112,7 +112,8 @@ async def account_page(request: Request, db: Db) -> Response:
     user = await _viewer(request, db)
     if user is None:
         return _to_login(request)
-    return _page(request, "account.html", {"boot": {"user": _boot_user(user)}, "user": user})
+    context = {"boot": {"user": _boot_user(user)}, "user": user, "languages": i18n.choices()}
+    return _page(request, "account.html", context)
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -130,11 +131,7 @@ async def register_page(request: Request, db: Db) -> Response:
         return RedirectResponse("/", status_code=303)
     registration = _registration(request)
     if registration == "closed":
-        context = {
-            "heading": "Registration is closed",
-            "detail": "Accounts on this server are created by an operator; ask one for an account.",
-        }
-        return _page(request, "not_found.html", context, status=404)
+        return _page(request, "not_found.html", {"reason": "registration_closed"}, status=404)
     return _page(request, "auth.html", {"mode": "register", "registration": registration})
 
 

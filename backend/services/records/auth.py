@@ -20,6 +20,7 @@ from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from backend import i18n
 from backend.models import ApiToken, InviteCode, Session, User
 from backend.models.base import utcnow
 from backend.services.errors import Conflict, Forbidden, Invalid, NotFound, Unauthenticated
@@ -278,6 +279,16 @@ async def change_password(
     check_new_credentials(row.username, new)
     row.password_hash = await passwords.hash(new)
     await close_sessions(db, row, keep)
+
+
+async def set_language(db: AsyncSession, user: User, language: str | None) -> User:
+    """Stores the page's language for the account; None goes back to following the browser."""
+    if language is not None and not i18n.is_known(language):
+        raise Invalid("unknown_language", f"no catalog for the language {language!r}")
+    row = await db.get_one(User, user.id)  # `user` may come from another session (authentication)
+    row.language = language
+    await db.flush()
+    return row
 
 
 @dataclass(frozen=True)

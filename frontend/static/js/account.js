@@ -3,6 +3,7 @@
 
 import { ApiError, api } from "./api.js";
 import { formatTime, h } from "./format.js";
+import { t, tn } from "./i18n.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -12,28 +13,29 @@ function say(box, message) {
 }
 
 function sentence(error) {
-  const message = error instanceof ApiError ? error.message : "Something went wrong; try again.";
+  const message = error instanceof ApiError ? error.message : t("Something went wrong; try again.");
   return message.charAt(0).toUpperCase() + message.slice(1);
 }
 
 // A short name for a User-Agent header: the browser and the system it runs on.
 function browserName(agent) {
-  if (!agent) return "Unknown browser";
+  if (!agent) return t("Unknown browser");
   const browser = /Edg\//.test(agent) ? "Edge" : /Firefox\//.test(agent) ? "Firefox" : /Chrom(e|ium)\//.test(agent) ? "Chrome" : /Safari\//.test(agent) ? "Safari" : null;
   const system = /Windows/.test(agent) ? "Windows" : /Android/.test(agent) ? "Android" : /iPhone|iPad/.test(agent) ? "iOS" : /Mac OS X/.test(agent) ? "macOS" : /Linux/.test(agent) ? "Linux" : null;
-  return browser ? `${browser}${system ? ` on ${system}` : ""}` : agent.slice(0, 60);
+  if (!browser) return agent.slice(0, 60);
+  return system ? t("{browser} on {system}", { browser, system }) : browser;
 }
 
 async function loadSessions() {
   const sessions = await api.get("/api/auth/sessions");
   $("sessions-table").tBodies[0].replaceChildren(
     ...sessions.map((session) => {
-      const button = h("button", { type: "button", class: "btn tiny" }, "Log out");
+      const button = h("button", { type: "button", class: "btn tiny" }, t("Log out"));
       button.addEventListener("click", () => endSession(session, button));
       return h(
         "tr",
         { dataset: { sessionId: session.id, current: session.current } },
-        h("td", { title: session.user_agent ?? "" }, browserName(session.user_agent), session.current ? h("span", { class: "badge operator" }, "this session") : null),
+        h("td", { title: session.user_agent ?? "" }, browserName(session.user_agent), session.current ? h("span", { class: "badge operator" }, t("this session")) : null),
         h("td", {}, formatTime(session.created_at)),
         h("td", {}, formatTime(session.last_seen_at ?? session.created_at)),
         h("td", {}, formatTime(session.expires_at)),
@@ -52,7 +54,7 @@ async function endSession(session, button) {
       location.assign("/login");
       return;
     }
-    say($("sessions-status"), "That session is logged out.");
+    say($("sessions-status"), t("That session is logged out."));
     await loadSessions();
   } catch (error) {
     say($("sessions-status"), sentence(error));
@@ -65,7 +67,7 @@ $("logout-others").addEventListener("click", async () => {
   button.disabled = true;
   try {
     const { ended } = await api.post("/api/auth/logout-others");
-    say($("sessions-status"), ended === 1 ? "1 other session is logged out." : `${ended} other sessions are logged out.`);
+    say($("sessions-status"), tn("{count} other session is logged out.", "{count} other sessions are logged out.", ended));
   } catch (error) {
     say($("sessions-status"), sentence(error));
   }
@@ -83,15 +85,15 @@ $("password-form").addEventListener("submit", async (event) => {
     field.setAttribute("aria-invalid", "true");
     field.focus();
   };
-  if (!form.current.value) return fail("Enter your current password.", form.current);
-  if (!form.new.value) return fail("Enter a new password.", form.new);
-  if (form.new.value !== form.repeat.value) return fail("The two new passwords differ.", form.repeat);
+  if (!form.current.value) return fail(t("Enter your current password."), form.current);
+  if (!form.new.value) return fail(t("Enter a new password."), form.new);
+  if (form.new.value !== form.repeat.value) return fail(t("The two new passwords differ."), form.repeat);
   const button = form.querySelector("button[type=submit]");
   button.disabled = true;
   try {
     await api.post("/api/auth/password", { current_password: form.current.value, new_password: form.new.value });
     form.reset();
-    say($("password-status"), "Your password is changed; your other sessions are logged out.");
+    say($("password-status"), t("Your password is changed; your other sessions are logged out."));
     await loadSessions();
   } catch (error) {
     fail(sentence(error), error.code === "invalid_credentials" ? form.current : form.new);
@@ -99,6 +101,8 @@ $("password-form").addEventListener("submit", async (event) => {
     button.disabled = false;
   }
 });
+
+const STATE_LABELS = { active: t("active"), expired: t("expired"), revoked: t("revoked") };
 
 function tokenState(token) {
   if (token.revoked_at) return "revoked";
@@ -113,7 +117,7 @@ async function loadTokens() {
   $("tokens-table").tBodies[0].replaceChildren(
     ...tokens.map((token) => {
       const state = tokenState(token);
-      const revoke = state === "active" ? h("button", { type: "button", class: "btn tiny danger", "aria-label": `Revoke ${token.name}` }, "Revoke") : null;
+      const revoke = state === "active" ? h("button", { type: "button", class: "btn tiny danger", "aria-label": t("Revoke {name}", { name: token.name }) }, t("Revoke")) : null;
       revoke?.addEventListener("click", async () => {
         revoke.disabled = true;
         try {
@@ -129,9 +133,9 @@ async function loadTokens() {
         h("td", {}, token.name),
         h("td", {}, h("code", {}, `${token.prefix}…`)),
         h("td", {}, formatTime(token.created_at)),
-        h("td", {}, token.expires_at ? formatTime(token.expires_at) : "never"),
-        h("td", {}, token.last_used_at ? formatTime(token.last_used_at) : "never"),
-        h("td", { class: "token-state" }, state),
+        h("td", {}, token.expires_at ? formatTime(token.expires_at) : t("never")),
+        h("td", {}, token.last_used_at ? formatTime(token.last_used_at) : t("never")),
+        h("td", { class: "token-state" }, STATE_LABELS[state]),
         h("td", { class: "actions" }, revoke),
       );
     }),
@@ -144,7 +148,7 @@ $("token-form").addEventListener("submit", async (event) => {
   say($("token-error"), "");
   const name = form.name.value.trim();
   if (!name) {
-    say($("token-error"), "Give the token a name.");
+    say($("token-error"), t("Give the token a name."));
     form.name.focus();
     return;
   }

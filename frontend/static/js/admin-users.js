@@ -4,24 +4,25 @@
 
 import { ApiError, api } from "./api.js";
 import { formatTime, h } from "./format.js";
+import { t } from "./i18n.js";
 
 const $ = (id) => document.getElementById(id);
 const boot = JSON.parse($("boot").textContent);
 const me = boot.user.id;
 
 const ACTIONS = {
-  "user.create": "created the account",
-  "user.disable": "disabled the account",
-  "user.enable": "enabled the account",
-  "user.password_reset": "reset the password",
-  "user.operator_grant": "made operator",
-  "user.operator_revoke": "revoked operator",
-  "invite.create": "created an invite code",
-  "invite.revoke": "revoked an invite code",
+  "user.create": t("created the account"),
+  "user.disable": t("disabled the account"),
+  "user.enable": t("enabled the account"),
+  "user.password_reset": t("reset the password"),
+  "user.operator_grant": t("made operator"),
+  "user.operator_revoke": t("revoked operator"),
+  "invite.create": t("created an invite code"),
+  "invite.revoke": t("revoked an invite code"),
 };
 
 function sentence(error) {
-  const message = error instanceof ApiError ? error.message : "Something went wrong; try again.";
+  const message = error instanceof ApiError ? error.message : t("Something went wrong; try again.");
   return message.charAt(0).toUpperCase() + message.slice(1);
 }
 
@@ -44,8 +45,9 @@ async function act(button, call, done) {
   await refresh();
 }
 
+// label: the button's word; name: what the button says to a screen reader ("Enable alice")
 function actionButton(label, name, handler, danger = false) {
-  const button = h("button", { type: "button", class: `btn tiny${danger ? " danger" : ""}`, "aria-label": `${label} ${name}` }, label);
+  const button = h("button", { type: "button", class: `btn tiny${danger ? " danger" : ""}`, "aria-label": name }, label);
   button.addEventListener("click", () => handler(button));
   return button;
 }
@@ -60,7 +62,7 @@ let resetting = null;
 
 function openReset(user) {
   resetting = user;
-  $("reset-label").textContent = `New password for ${user.username}`;
+  $("reset-label").textContent = t("New password for {username}", { username: user.username });
   $("reset-form").hidden = false;
   $("reset-password").value = "";
   $("reset-password").focus();
@@ -70,16 +72,17 @@ function userRow(user) {
   const path = `/api/admin/users/${user.id}`;
   const disabled = user.disabled_at != null;
   // No "Disable" on your own row: the server refuses it (`cannot_disable_self`).
+  const name = { name: user.username };
   const actions = [
     disabled
-      ? actionButton("Enable", user.username, (b) => act(b, () => api.post(`${path}/enable`), `${user.username} can log in again.`))
+      ? actionButton(t("Enable"), t("Enable {name}", name), (b) => act(b, () => api.post(`${path}/enable`), t("{name} can log in again.", name)))
       : user.id === me
         ? null
-        : actionButton("Disable", user.username, (b) => act(b, () => api.post(`${path}/disable`), `${user.username} is disabled; their sessions and tokens stopped.`), true),
-    actionButton("Reset password", user.username, () => openReset(user)),
+        : actionButton(t("Disable"), t("Disable {name}", name), (b) => act(b, () => api.post(`${path}/disable`), t("{name} is disabled; their sessions and tokens stopped.", name)), true),
+    actionButton(t("Reset password"), t("Reset password {name}", name), () => openReset(user)),
     user.is_operator
-      ? actionButton("Revoke operator", user.username, (b) => act(b, () => api.delete(`${path}/operator`).then(leaveIfMe(user)), `${user.username} is no longer an operator.`))
-      : actionButton("Make operator", user.username, (b) => act(b, () => api.put(`${path}/operator`), `${user.username} is now an operator.`)),
+      ? actionButton(t("Revoke operator"), t("Revoke operator {name}", name), (b) => act(b, () => api.delete(`${path}/operator`).then(leaveIfMe(user)), t("{name} is no longer an operator.", name)))
+      : actionButton(t("Make operator"), t("Make operator {name}", name), (b) => act(b, () => api.put(`${path}/operator`), t("{name} is now an operator.", name))),
   ];
   return h(
     "tr",
@@ -88,9 +91,9 @@ function userRow(user) {
       "td",
       { class: "username" },
       user.username,
-      user.id === me ? h("span", { class: "badge" }, "you") : null,
-      user.is_operator ? h("span", { class: "badge operator" }, "operator") : null,
-      disabled ? h("span", { class: "badge disabled" }, "disabled") : null,
+      user.id === me ? h("span", { class: "badge" }, t("you")) : null,
+      user.is_operator ? h("span", { class: "badge operator" }, t("operator")) : null,
+      disabled ? h("span", { class: "badge disabled" }, t("disabled")) : null,
     ),
     h("td", {}, formatTime(user.created_at)),
     h("td", {}, user.last_seen_at ? formatTime(user.last_seen_at) : "—"),
@@ -101,14 +104,14 @@ function userRow(user) {
 function inviteRow(invite) {
   const spent = invite.used_at != null;
   const expired = !spent && new Date(invite.expires_at) <= new Date();
-  const revoke = spent ? null : actionButton("Revoke", `invite #${invite.id}`, (b) => act(b, () => api.delete(`/api/auth/invites/${invite.id}`), `Invite #${invite.id} is revoked.`), true);
+  const revoke = spent ? null : actionButton(t("Revoke"), t("Revoke invite #{id}", { id: invite.id }), (b) => act(b, () => api.delete(`/api/auth/invites/${invite.id}`), t("Invite #{id} is revoked.", { id: invite.id })), true);
   return h(
     "tr",
     { dataset: { inviteId: invite.id } },
     h("td", {}, `#${invite.id}`),
     h("td", {}, formatTime(invite.created_at)),
-    h("td", {}, formatTime(invite.expires_at), expired ? h("span", { class: "badge disabled" }, "expired") : null),
-    h("td", {}, spent ? `${invite.used_by ?? "a deleted account"} (${formatTime(invite.used_at)})` : "unused"),
+    h("td", {}, formatTime(invite.expires_at), expired ? h("span", { class: "badge disabled" }, t("expired")) : null),
+    h("td", {}, spent ? t("{name} ({when})", { name: invite.used_by ?? t("a deleted account"), when: formatTime(invite.used_at) }) : t("unused")),
     h("td", { class: "actions" }, revoke),
   );
 }
@@ -118,7 +121,7 @@ function auditRow(event) {
     "tr",
     { dataset: { action: event.action } },
     h("td", {}, formatTime(event.created_at)),
-    h("td", {}, event.actor_name ?? "command line"),
+    h("td", {}, event.actor_name ?? t("command line")),
     h("td", { title: event.action }, ACTIONS[event.action] ?? event.action),
     h("td", {}, event.target_name ?? "—"),
     h("td", { class: "muted" }, event.detail ?? ""),
@@ -138,14 +141,14 @@ $("create-user-form").addEventListener("submit", async (event) => {
   const form = event.currentTarget;
   const username = form.username.value.trim();
   if (!username || !form.password.value) {
-    report("Enter a username and a password.", true);
+    report(t("Enter a username and a password."), true);
     (username ? form.password : form.username).focus();
     return;
   }
   const body = { username, password: form.password.value, is_operator: form.operator.checked };
   await act(form.querySelector("button[type=submit]"), () => api.post("/api/admin/users", body), (user) => {
     form.reset();
-    return `${user.username} can log in now.`;
+    return t("{username} can log in now.", { username: user.username });
   });
   form.querySelector("button[type=submit]").disabled = false;
 });
@@ -156,7 +159,7 @@ $("reset-form").addEventListener("submit", async (event) => {
   const password = $("reset-password").value;
   if (!user || !password) return;
   const button = event.currentTarget.querySelector("button[type=submit]");
-  await act(button, () => api.post(`/api/admin/users/${user.id}/password`, { password }), `${user.username}'s password is reset; their sessions are logged out.`);
+  await act(button, () => api.post(`/api/admin/users/${user.id}/password`, { password }), t("{name}'s password is reset; their sessions are logged out.", { name: user.username }));
   button.disabled = false;
   if (!$("admin-error").hidden) return;
   $("reset-form").hidden = true;
@@ -175,7 +178,7 @@ $("invite-form")?.addEventListener("submit", async (event) => {
   await act(button, () => api.post("/api/auth/invites", { days: Number(form.days.value) || null }), (invite) => {
     $("new-invite-value").textContent = invite.code;
     $("new-invite").hidden = false;
-    return "Invite code created.";
+    return t("Invite code created.");
   });
   button.disabled = false;
 });

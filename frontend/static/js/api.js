@@ -1,8 +1,11 @@
 // The JSON API client: CSRF header on state-changing requests, errors as ApiError {code, message}.
+import { errorMessage } from "./errors.js";
+import { t } from "./i18n.js";
 
+// `message` is said in the page's language (errors.js); `code` stays as the server sent it.
 export class ApiError extends Error {
   constructor(status, code, message) {
-    super(message);
+    super(errorMessage(code, message));
     this.status = status;
     this.code = code;
   }
@@ -35,11 +38,11 @@ async function request(method, path, body) {
   try {
     response = await fetch(path, init);
   } catch {
-    throw new ApiError(0, "network_error", "The server cannot be reached; check your connection.");
+    throw new ApiError(0, "network_error", t("The server cannot be reached; check your connection."));
   }
   if (response.status === 401 && !path.startsWith("/api/auth/")) {
     toLogin();
-    throw new ApiError(401, "unauthorized", "Your session ended; please log in again.");
+    throw new ApiError(401, "unauthorized", t("Your session ended; please log in again."));
   }
   if (response.status === 204) return null;
   const data = await response.json().catch(() => null);
@@ -75,10 +78,10 @@ export function uploadFile(file, conversationId, onProgress) {
     xhr.addEventListener("load", () => {
       const data = xhr.response;
       if (xhr.status >= 200 && xhr.status < 300) resolve(data);
-      else reject(new ApiError(xhr.status, data?.code ?? "upload_failed", data?.message ?? "the upload failed"));
+      else reject(new ApiError(xhr.status, data?.code ?? "upload_failed", data?.message ?? t("the upload failed")));
     });
-    xhr.addEventListener("error", () => reject(new ApiError(0, "network_error", "the upload was interrupted")));
-    xhr.addEventListener("abort", () => reject(new ApiError(0, "aborted", "the upload was cancelled")));
+    xhr.addEventListener("error", () => reject(new ApiError(0, "network_error", t("the upload was interrupted"))));
+    xhr.addEventListener("abort", () => reject(new ApiError(0, "aborted", t("the upload was cancelled"))));
     xhr.send(form);
   });
   return { promise, abort: () => xhr.abort() };

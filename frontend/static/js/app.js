@@ -16,6 +16,7 @@ import { Sidebar } from "./sidebar.js";
 import { TurnStream } from "./stream.js";
 import { ToolsPanel } from "./tools-panel.js";
 import { Transcript } from "./transcript.js";
+import { t } from "./i18n.js";
 
 const PAGE = 40;
 const $ = (id) => document.getElementById(id);
@@ -33,7 +34,7 @@ const meter = new ContextMeter($("context-meter"), () => {
 });
 const picker = new ModelPicker($("model-picker"), {
   onChange: (info) => meter.setModel(info),
-  onError: (error) => composer.say(`The model could not be changed: ${error.message}`, "error"),
+  onError: (error) => composer.say(t("The model could not be changed: {message}", { message: error.message }), "error"),
 });
 const transcript = new Transcript({
   scroller: $("transcript"),
@@ -90,7 +91,7 @@ new MessageSearch(
       await open(conversationId);
       if (await transcript.reveal(messageId)) return;
     }
-    composer.say("That message is no longer in this conversation.", "warning");
+    composer.say(t("That message is no longer in this conversation."), "warning");
   },
 );
 const instructions = new Instructions($("instructions-button"), {
@@ -106,9 +107,9 @@ function announce(text) {
 }
 
 function showTitle(conversation) {
-  const title = conversation?.title ?? "New conversation";
+  const title = conversation?.title ?? t("New conversation");
   $("conversation-title").textContent = title;
-  document.title = `${title} · Chat Shell`;
+  document.title = t("{title} · Chat Shell", { title });
   const exportable = Boolean(conversation);
   $("export-menu").hidden = !exportable;
   if (conversation?.id !== toolsPanel.conversationId) toolsPanel.show(conversation?.id ?? null);
@@ -163,7 +164,7 @@ async function open(id) {
     if (ticket !== state.opening) return;
     state.conversation = null;
     showTitle(null);
-    composer.say(error.status === 404 ? "That conversation does not exist or is not yours." : `The conversation could not be loaded: ${error.message}`, "error");
+    composer.say(error.status === 404 ? t("That conversation does not exist or is not yours.") : t("The conversation could not be loaded: {message}", { message: error.message }), "error");
     return;
   }
   if (ticket !== state.opening) return;
@@ -206,7 +207,7 @@ function follow(turnId, view) {
       transcript.followEnd();
     },
     onConnection: (connection) => {
-      if (connection === "reconnecting") composer.say("Connection lost; reconnecting…", "warning");
+      if (connection === "reconnecting") composer.say(t("Connection lost; reconnecting…"), "warning");
       else composer.say("");
     },
     onGiveUp: () => open(conversationId),
@@ -232,15 +233,15 @@ const ON_EVENT = {
   "turn.completed": (view, data) => {
     view.render(data.message);
     meter.setMetrics(data.message.result?.context_metrics);
-    finishTurn("The reply is complete.");
+    finishTurn(t("The reply is complete."));
   },
   "turn.cancelled": (view) => {
     view.end("cancelled", null);
-    finishTurn("The reply was stopped.");
+    finishTurn(t("The reply was stopped."));
   },
   "turn.failed": (view, data) => {
     view.end(data.code === "interrupted" ? "interrupted" : "failed", { code: data.code, message: data.message });
-    finishTurn("The reply failed.");
+    finishTurn(t("The reply failed."));
     if (isLocalModelError(data.code)) localModel.refresh();
   },
 };
@@ -283,7 +284,7 @@ async function send(text, attachments) {
   } catch (error) {
     if (error.code === "turn_running") {
       await open(conversation.id); // another tab is writing here: follow that reply
-      throw new ApiError(409, error.code, "A reply is already being written here; it is shown now.");
+      throw new ApiError(409, error.code, t("A reply is already being written here; it is shown now."));
     }
     if (isLocalModelError(error.code)) localModel.refresh();
     throw error;
@@ -301,9 +302,9 @@ async function regenerate(view) {
   try {
     await api.post(`/api/conversations/${conversation.id}/regenerate`, { message_id: view.message.message_id });
     await open(conversation.id);
-    announce("Writing a new version of the reply.");
+    announce(t("Writing a new version of the reply."));
   } catch (error) {
-    composer.say(`Could not write a new version: ${error.message}`, "error");
+    composer.say(t("Could not write a new version: {message}", { message: error.message }), "error");
     if (isLocalModelError(error.code)) localModel.refresh();
   }
 }
@@ -314,7 +315,7 @@ async function editAndResend(view, text) {
     await api.post(`/api/conversations/${conversation.id}/messages`, { content: text, edits: view.message.message_id });
     await open(conversation.id);
   } catch (error) {
-    composer.say(`Could not send the edited message: ${error.message}`, "error");
+    composer.say(t("Could not send the edited message: {message}", { message: error.message }), "error");
     if (isLocalModelError(error.code)) localModel.refresh();
   }
 }
@@ -324,9 +325,9 @@ async function showVersion(messageId) {
   try {
     await api.post(`/api/conversations/${conversation.id}/versions`, { message_id: messageId });
     await open(conversation.id);
-    announce("Showing another version.");
+    announce(t("Showing another version."));
   } catch (error) {
-    composer.say(`Could not show that version: ${error.message}`, "error");
+    composer.say(t("Could not show that version: {message}", { message: error.message }), "error");
   }
 }
 
@@ -338,12 +339,12 @@ $("messages").addEventListener("click", async (event) => {
   switch (button.dataset.action) {
     case "copy-code": {
       await copyText(button.closest(".codeblock").querySelector("code").textContent);
-      flash(button, "Copied");
+      flash(button, t("Copied"));
       break;
     }
     case "copy":
       await copyText(view.copyText());
-      flash(button, "Copied");
+      flash(button, t("Copied"));
       break;
     case "regenerate":
       if (!state.stream) regenerate(view);
@@ -371,7 +372,7 @@ async function decide(button, allow) {
     await api.post(`/api/conversations/${state.conversation.id}/approvals`, { call_id: button.dataset.callId, allow });
   } catch (error) {
     for (const each of buttons) each.disabled = false;
-    composer.say(`The decision was not sent: ${error.message}`, "error");
+    composer.say(t("The decision was not sent: {message}", { message: error.message }), "error");
   }
 }
 
@@ -430,5 +431,5 @@ window.addEventListener("popstate", () => {
 
 transcript.loadOlder = (before) => api.get(`/api/conversations/${state.conversation.id}/messages?before_message_id=${before}&limit=${PAGE}`);
 sidebar.reload();
-picker.load().catch((error) => composer.say(`The list of models could not be loaded: ${error.message}`, "error"));
+picker.load().catch((error) => composer.say(t("The list of models could not be loaded: {message}", { message: error.message }), "error"));
 open(boot.conversation_id);

@@ -1,5 +1,6 @@
 // Login and registration forms: JSON API calls, inline errors, then into the app.
 import { ApiError, api } from "./api.js";
+import { t } from "./i18n.js";
 
 const form = document.getElementById("auth-form");
 const errorBox = document.getElementById("auth-error");
@@ -32,13 +33,13 @@ form.addEventListener("submit", async (event) => {
   for (const input of form.querySelectorAll("input")) input.removeAttribute("aria-invalid");
   const username = form.username.value.trim();
   const password = form.password.value;
-  if (!username) return showError("Enter your username.", form.username);
-  if (!password) return showError("Enter your password.", form.password);
+  if (!username) return showError(t("Enter your username."), form.username);
+  if (!password) return showError(t("Enter your password."), form.password);
   if (form.invite_code && !form.invite_code.value.trim()) {
-    return showError("Enter your invite code.", form.invite_code);
+    return showError(t("Enter your invite code."), form.invite_code);
   }
   if (registering && password !== form.password_confirm.value) {
-    return showError("The two passwords differ.", form.password_confirm);
+    return showError(t("The two passwords differ."), form.password_confirm);
   }
   const button = form.querySelector("button[type=submit]");
   button.disabled = true;
@@ -50,7 +51,7 @@ form.addEventListener("submit", async (event) => {
     await api.post("/api/auth/login", { username, password });
     location.assign(nextPath());
   } catch (error) {
-    const message = error instanceof ApiError ? error.message : "Something went wrong; try again.";
+    const message = error instanceof ApiError ? error.message : t("Something went wrong; try again.");
     const field = error.code === "weak_password" ? form.password : error.code === "invalid_username" || error.code === "username_taken" ? form.username : error.code === "invalid_invite" ? form.invite_code : null;
     showError(message.charAt(0).toUpperCase() + message.slice(1), field);
   } finally {

@@ -5,6 +5,7 @@
 // text comes back with the error when the send fails, so no word is lost.
 import { ApiError, api, uploadFile } from "./api.js";
 import { formatBytes, h, icon } from "./format.js";
+import { t } from "./i18n.js";
 
 const MAX_INPUT_HEIGHT = 240;
 const TOUCH = window.matchMedia("(pointer: coarse)");
@@ -69,7 +70,7 @@ export class Composer {
   }
 
   #hint() {
-    this.input.placeholder = TOUCH.matches ? "Message… (Send button sends)" : "Message… (Enter sends, Shift+Enter adds a line)";
+    this.input.placeholder = TOUCH.matches ? t("Message… (Send button sends)") : t("Message… (Enter sends, Shift+Enter adds a line)");
   }
 
   autosize() {
@@ -93,7 +94,7 @@ export class Composer {
     document.body.classList.toggle("turn-running", running);
     this.stopButton.hidden = !running;
     this.stopButton.disabled = false;
-    this.stopButton.textContent = "Stop";
+    this.stopButton.textContent = t("Stop");
     this.#refresh();
     if (!running && this.queued) this.#sendQueued();
   }
@@ -115,15 +116,15 @@ export class Composer {
   }
 
   #upload(file) {
-    const progress = h("progress", { max: 100, value: 0, "aria-label": `Uploading ${file.name}` });
-    const meta = h("span", { class: "chip-meta", text: `${formatBytes(file.size)} · uploading 0%` });
-    const remove = h("button", { type: "button", class: "chip-remove", "aria-label": `Remove ${file.name}`, text: "×" });
+    const progress = h("progress", { max: 100, value: 0, "aria-label": t("Uploading {name}", { name: file.name }) });
+    const meta = h("span", { class: "chip-meta", text: t("{size} · uploading 0%", { size: formatBytes(file.size) }) });
+    const remove = h("button", { type: "button", class: "chip-remove", "aria-label": t("Remove {name}", { name: file.name }), text: "×" });
     const chip = h("li", { class: "chip chip-uploading" }, icon("file"), h("span", { class: "chip-name", text: file.name }), meta, progress, remove);
     const entry = { file, chip, state: "uploading", attachment: null, abort: null };
     const handle = uploadFile(file, this.hooks.conversationId(), (loaded, total) => {
       const percent = Math.floor((loaded / total) * 100);
       progress.value = percent;
-      meta.textContent = `${formatBytes(file.size)} · uploading ${percent}%`;
+      meta.textContent = t("{size} · uploading {percent}%", { size: formatBytes(file.size), percent });
     });
     entry.abort = handle.abort;
     remove.addEventListener("click", () => this.#remove(entry));
@@ -138,8 +139,10 @@ export class Composer {
         progress.remove();
         chip.className = `chip chip-${attachment.status}`;
         chip.dataset.attachmentId = attachment.id;
-        const note = attachment.status === "failed" ? ` · text could not be read${attachment.note ? `: ${attachment.note}` : ""}` : " · ready";
-        meta.textContent = `${formatBytes(attachment.size_bytes)}${note}`;
+        const size = formatBytes(attachment.size_bytes);
+        if (attachment.status !== "failed") meta.textContent = t("{size} · ready", { size });
+        else if (attachment.note) meta.textContent = t("{size} · text could not be read: {note}", { size, note: attachment.note });
+        else meta.textContent = t("{size} · text could not be read", { size });
         this.#refresh();
       },
       (error) => {
@@ -147,7 +150,7 @@ export class Composer {
         entry.state = "failed";
         progress.remove();
         chip.className = "chip chip-failed";
-        meta.textContent = `${formatBytes(file.size)} · upload failed: ${error.message}`;
+        meta.textContent = t("{size} · upload failed: {message}", { size: formatBytes(file.size), message: error.message });
         this.#refresh();
       },
     );
@@ -164,7 +167,7 @@ export class Composer {
   async submit() {
     if (this.sending || this.queued || this.blocked) return;
     if (this.uploads.some((u) => u.state === "uploading")) {
-      this.say("Wait for the uploads to finish.");
+      this.say(t("Wait for the uploads to finish."));
       return;
     }
     const text = this.input.value;
@@ -200,12 +203,12 @@ export class Composer {
   }
 
   #sayQueued() {
-    const withdraw = h("button", { type: "button", class: "btn ghost tiny", text: "Edit it" });
+    const withdraw = h("button", { type: "button", class: "btn ghost tiny", text: t("Edit it") });
     withdraw.addEventListener("click", () => {
       this.withdrawQueued();
       this.input.focus();
     });
-    this.status.replaceChildren("Your message is sent when this reply ends (or Stop it now). ", withdraw);
+    this.status.replaceChildren(t("Your message is sent when this reply ends (or Stop it now). "), withdraw);
     this.status.dataset.kind = "info";
   }
 
@@ -242,13 +245,13 @@ export class Composer {
 
   async stop() {
     this.stopButton.disabled = true;
-    this.stopButton.textContent = "Stopping…";
+    this.stopButton.textContent = t("Stopping…");
     try {
       await this.hooks.stop();
     } catch (error) {
       if (error.code !== "no_running_turn") this.say(error.message, "error");
       this.stopButton.disabled = false;
-      this.stopButton.textContent = "Stop";
+      this.stopButton.textContent = t("Stop");
     }
   }
 }

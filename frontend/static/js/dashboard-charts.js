@@ -5,6 +5,7 @@
 // (`data-points`, 0 with the "no data" note) and is redrawn in place on every load.
 
 import uPlot from "../vendor/uPlot.esm.js";
+import { t } from "./i18n.js";
 
 const HEIGHT = 200;
 const ROW_HEIGHT = 26;
@@ -94,7 +95,7 @@ function guideHook(guides, colors) {
 export function timeChart(container, { labels, series, kind = "line", stacked = false, format = String, max, guides = [] }) {
   const drawn = (v) => v != null && (kind === "line" || v > 0);
   const points = series.reduce((sum, s) => sum + s.values.filter(drawn).length, 0);
-  if (!points) return empty(container, "No data in this window.");
+  if (!points) return empty(container, t("No data in this window."));
   const colors = theme();
   // Stacked bars: each series is drawn up to the running total, the totals first, so the lower
   // parts stay visible in front.
@@ -145,7 +146,7 @@ export function timeChart(container, { labels, series, kind = "line", stacked = 
 // items: [{label, value}] drawn as horizontal bars (a snapshot's breakdown by source).
 export function barList(container, items, format = String) {
   const shown = items.filter((item) => item.value > 0);
-  if (!shown.length) return empty(container, "No snapshot stored.");
+  if (!shown.length) return empty(container, t("No snapshot stored."));
   const colors = theme();
   const rows = shown.map((_, index) => index);
   mount(
@@ -161,9 +162,9 @@ export function barList(container, items, format = String) {
       legend: { live: true },
       cursor: { points: { show: false } },
       series: [
-        { label: "Source", value: (_, index) => shown[index]?.label ?? "—" },
+        { label: t("Source"), value: (_, index) => shown[index]?.label ?? "—" },
         {
-          label: "tokens",
+          label: t("tokens"),
           stroke: colors.series[0],
           fill: colors.series[0],
           width: 0,

@@ -4,15 +4,25 @@
 
 import { ApiError, api } from "./api.js";
 import { barList, timeChart } from "./dashboard-charts.js";
-import { formatInt, formatTime, formatTokens, h } from "./format.js";
+import { formatDecimal, formatInt, formatPercent, formatTime, formatTokens, h } from "./format.js";
+import { t } from "./i18n.js";
 
 const WINDOWS = ["1h", "6h", "24h", "7d", "30d"];
-const SOURCES = ["system", "overhead", "tool_schemas", "history", "tool_outputs", "attachments", "summary", "current_input"];
+const SOURCES = {
+  system: t("system"),
+  overhead: t("overhead"),
+  tool_schemas: t("tool schemas"),
+  history: t("history"),
+  tool_outputs: t("tool outputs"),
+  attachments: t("attachments"),
+  summary: t("summary"),
+  current_input: t("current input"),
+};
 const $ = (id) => document.getElementById(id);
 
-const percent = (v) => (v == null ? "—" : `${Math.round(v * 100)}%`);
-const ms = (v) => (v == null ? "—" : v >= 1000 ? `${(v / 1000).toFixed(1)} s` : `${Math.round(v)} ms`);
-const ratio = (v) => (v == null ? "—" : v.toFixed(2));
+const percent = (v) => (v == null ? "—" : formatPercent(Math.round(v * 100)));
+const ms = (v) => (v == null ? "—" : v >= 1000 ? t("{value} s", { value: formatDecimal(v / 1000, 1) }) : t("{value} ms", { value: formatDecimal(v, 0) }));
+const ratio = (v) => (v == null ? "—" : formatDecimal(v, 2));
 
 const params = new URLSearchParams(location.search);
 let current = params.get("window");
@@ -26,16 +36,16 @@ function tile(label, value, note) {
 
 function renderTiles(totals) {
   $("tiles").replaceChildren(
-    tile("Turns", formatInt(totals.turns), `${formatInt(totals.running_turns)} running now`),
-    tile("Peak utilisation", percent(totals.utilization_max)),
-    tile("Compactions", formatInt(totals.compactions), `${formatInt(totals.compactions_completed)} completed`),
-    tile("Success rate", percent(totals.compaction_success_rate)),
-    tile("Tokens saved", formatTokens(totals.tokens_saved)),
-    tile("Compaction p50 / p95", `${ms(totals.compaction_duration_p50_ms)} / ${ms(totals.compaction_duration_p95_ms)}`),
-    tile("Refusals", formatInt(totals.refusals), `${formatInt(totals.failed_turns)} failed turns`),
-    tile("Overflow errors", formatInt(totals.overflow_errors)),
-    tile("TTFT p50 / p95", `${ms(totals.ttft_p50_ms)} / ${ms(totals.ttft_p95_ms)}`),
-    tile("Retention score", ratio(totals.retention_avg)),
+    tile(t("Turns"), formatInt(totals.turns), t("{count} running now", { count: formatInt(totals.running_turns) })),
+    tile(t("Peak utilisation"), percent(totals.utilization_max)),
+    tile(t(t("Compactions")), formatInt(totals.compactions), `${formatInt(totals.compactions_completed)} completed`),
+    tile(t("Success rate"), percent(totals.compaction_success_rate)),
+    tile(t("Tokens saved"), formatTokens(totals.tokens_saved)),
+    tile(t("Compaction p50 / p95"), `${ms(totals.compaction_duration_p50_ms)} / ${ms(totals.compaction_duration_p95_ms)}`),
+    tile(t("Refusals"), formatInt(totals.refusals), t("{count} failed turns", { count: formatInt(totals.failed_turns) })),
+    tile(t("Overflow errors"), formatInt(totals.overflow_errors)),
+    tile(t("TTFT p50 / p95"), `${ms(totals.ttft_p50_ms)} / ${ms(totals.ttft_p95_ms)}`),
+    tile(t("Retention score"), ratio(totals.retention_avg)),
   );
 }
 
@@ -44,19 +54,19 @@ function column(points, key) {
 }
 
 // The compaction trigger's default, drawn on the utilisation charts.
-const TRIGGER = [{ value: 0.85, label: "default trigger 85%" }];
+const TRIGGER = [{ value: 0.85, label: t("default trigger 85%") }];
 // Refused requests can be many times the window; above 150% points sit on the top edge.
 const utilisationTop = (values) => Math.min(1.5, Math.max(1, ...values.filter((v) => v != null)));
 
 // The window's charts: which series of `turns` or `compactions` each draws ([key, legend name]).
 const CHARTS = [
-  { id: "chart-utilization", from: "turns", series: [["utilization_avg", "average"], ["utilization_max", "highest"]], format: percent, utilisation: true },
-  { id: "chart-compactions", from: "compactions", kind: "bar", stacked: true, series: [["completed", "completed"], ["fallback", "fallback"]], format: formatInt },
-  { id: "chart-saved", from: "compactions", kind: "bar", series: [["tokens_saved", "tokens saved"]], format: formatTokens },
-  { id: "chart-duration", from: "compactions", series: [["duration_p50_ms", "p50"], ["duration_p95_ms", "p95"]], format: ms },
-  { id: "chart-errors", from: "turns", kind: "bar", series: [["refusals", "refusals"], ["overflow_errors", "overflow errors"]], format: formatInt },
-  { id: "chart-ttft", from: "turns", series: [["ttft_p50_ms", "p50"], ["ttft_p95_ms", "p95"]], format: ms },
-  { id: "chart-retention", from: "compactions", series: [["retention_avg", "average"], ["retention_min", "lowest"]], format: ratio, max: 1 },
+  { id: "chart-utilization", from: "turns", series: [["utilization_avg", t("average")], ["utilization_max", t("highest")]], format: percent, utilisation: true },
+  { id: "chart-compactions", from: "compactions", kind: "bar", stacked: true, series: [["completed", t("completed")], ["fallback", t("fallback")]], format: formatInt },
+  { id: "chart-saved", from: "compactions", kind: "bar", series: [["tokens_saved", t("tokens saved")]], format: formatTokens },
+  { id: "chart-duration", from: "compactions", series: [["duration_p50_ms", t("p50")], ["duration_p95_ms", t("p95")]], format: ms },
+  { id: "chart-errors", from: "turns", kind: "bar", series: [["refusals", t("refusals")], ["overflow_errors", t("overflow errors")]], format: formatInt },
+  { id: "chart-ttft", from: "turns", series: [["ttft_p50_ms", t("p50")], ["ttft_p95_ms", t("p95")]], format: ms },
+  { id: "chart-retention", from: "compactions", series: [["retention_avg", t("average")], ["retention_min", t("lowest")]], format: ratio, max: 1 },
 ];
 
 function renderCharts(data) {
@@ -105,7 +115,7 @@ async function drillDown(conversationId) {
   const panel = $("drill");
   panel.hidden = false;
   panel.dataset.loaded = "false";
-  $("drill-title").textContent = `Conversation #${conversationId}`;
+  $("drill-title").textContent = t("Conversation #{conversation_id}", { conversation_id: conversationId });
   let detail;
   try {
     detail = await api.get(`/api/metrics/conversations/${conversationId}`);
@@ -115,22 +125,22 @@ async function drillDown(conversationId) {
   }
   const snapshot = detail.latest_snapshot;
   $("drill-tiles").replaceChildren(
-    tile("Model", detail.model_profile ?? "—"),
-    tile("Latest used / available", snapshot ? `${formatTokens(snapshot.used_input)} / ${formatTokens(snapshot.available_input)}` : "—"),
-    tile("State", snapshot?.state ?? "—"),
-    tile("Trigger / keep", snapshot ? `${formatTokens(snapshot.trigger)} / ${formatTokens(snapshot.keep)}` : "—"),
-    tile("Turns shown", formatInt(detail.turns.length)),
-    tile("Compactions", formatInt(detail.compactions.length)),
+    tile(t("Model"), detail.model_profile ?? "—"),
+    tile(t("Latest used / available"), snapshot ? `${formatTokens(snapshot.used_input)} / ${formatTokens(snapshot.available_input)}` : "—"),
+    tile(t("State"), snapshot?.state ?? "—"),
+    tile(t("Trigger / keep"), snapshot ? `${formatTokens(snapshot.trigger)} / ${formatTokens(snapshot.keep)}` : "—"),
+    tile(t("Turns shown"), formatInt(detail.turns.length)),
+    tile(t("Compactions"), formatInt(detail.compactions.length)),
   );
   barList(
     $("drill-breakdown"),
-    SOURCES.map((source) => ({ label: source.replace("_", " "), value: snapshot?.breakdown?.[source] ?? 0 })),
+    Object.entries(SOURCES).map(([source, label]) => ({ label, value: snapshot?.breakdown?.[source] ?? 0 })),
     formatTokens,
   );
   const utilisation = column(detail.turns, "utilization");
   timeChart($("drill-turns"), {
     labels: detail.turns.map((t) => t.started_at),
-    series: [{ name: "utilisation", values: utilisation }],
+    series: [{ name: t("utilisation"), values: utilisation }],
     format: percent,
     max: utilisationTop(utilisation),
     guides: TRIGGER,
@@ -161,13 +171,13 @@ async function load() {
   for (const button of $("window-picker").querySelectorAll("button")) {
     button.setAttribute("aria-checked", String(button.dataset.window === current));
   }
-  $("dash-status").textContent = "Loading…";
+  $("dash-status").textContent = t("Loading…");
   try {
     const data = await api.get(`/api/metrics/summary?window=${current}`);
     renderTiles(data.totals);
     renderCharts(data);
     renderPressure(data.pressure);
-    $("dash-status").textContent = `${formatTime(data.window.start)} – ${formatTime(data.window.end)}`;
+    $("dash-status").textContent = t("{start} – {end}", { start: formatTime(data.window.start), end: formatTime(data.window.end) });
     root.dataset.loaded = "true";
     root.dataset.window = current;
   } catch (error) {

@@ -1,31 +1,44 @@
-// Small pure formatting helpers shared by the views.
+// Small pure formatting helpers shared by the views: numbers, sizes and dates in the page's
+// locale (Intl), the units as the page has always written them.
+import { locale, t } from "./i18n.js";
+
+const decimal = (digits) => new Intl.NumberFormat(locale, { minimumFractionDigits: digits, maximumFractionDigits: digits });
 
 export function formatBytes(bytes) {
-  if (bytes < 1024) return `${bytes} B`;
-  let value = bytes / 1024;
-  for (const unit of ["KB", "MB"]) {
-    if (value < 1024) return `${value.toFixed(1)} ${unit}`;
-    value /= 1024;
-  }
-  return `${value.toFixed(1)} GB`;
+  if (bytes < 1024) return t("{value} B", { value: decimal(0).format(bytes) });
+  if (bytes < 1024 ** 2) return t("{value} KB", { value: decimal(1).format(bytes / 1024) });
+  if (bytes < 1024 ** 3) return t("{value} MB", { value: decimal(1).format(bytes / 1024 ** 2) });
+  return t("{value} GB", { value: decimal(1).format(bytes / 1024 ** 3) });
 }
+
+// Token counts are short: 950, 4.1k, 312k, 1.25M (CJK locales write 4100 and 31万 instead).
+const compact = (digits) => new Intl.NumberFormat(locale, { notation: "compact", maximumFractionDigits: digits, minimumFractionDigits: digits });
 
 export function formatTokens(tokens) {
   if (tokens == null) return "—";
-  if (tokens < 1000) return String(tokens);
-  if (tokens < 100_000) return `${(tokens / 1000).toFixed(1)}k`;
-  if (tokens < 1_000_000) return `${Math.round(tokens / 1000)}k`;
-  return `${(tokens / 1_000_000).toFixed(2)}M`;
+  if (tokens < 1000) return decimal(0).format(tokens);
+  const digits = tokens < 100_000 ? 1 : tokens < 1_000_000 ? 0 : 2;
+  // English writes thousands of tokens with a small k, as the page did before it used Intl.
+  return compact(digits).format(tokens).replace(/(\d)K$/, "$1k");
+}
+
+export function formatDecimal(value, digits) {
+  return decimal(digits).format(value);
 }
 
 export function formatInt(value) {
-  return value == null ? "—" : Number(value).toLocaleString("en-US");
+  return value == null ? "—" : Number(value).toLocaleString(locale);
+}
+
+// A whole percent ("42%"; some locales put the sign first or apart).
+export function formatPercent(value) {
+  return new Intl.NumberFormat(locale, { style: "percent", maximumFractionDigits: 0 }).format(value / 100);
 }
 
 export function formatTime(iso) {
   if (!iso) return "";
   const date = new Date(iso);
-  return date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+  return date.toLocaleString(locale, { dateStyle: "medium", timeStyle: "short" });
 }
 
 // A conversation's title from its first message: the first line that has words, without the
@@ -44,7 +57,7 @@ export function titleFrom(text) {
     .filter((candidate) => !/^\s*(```|~~~)/.test(candidate))
     .map(plain)
     .find(Boolean);
-  if (!line) return "New conversation";
+  if (!line) return t("New conversation");
   return line.length > 60 ? `${line.slice(0, 57)}…` : line;
 }
 

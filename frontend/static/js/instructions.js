@@ -3,6 +3,7 @@
 // the first message of a new chat the text is kept here and sent with the new conversation.
 import { api } from "./api.js";
 import { h } from "./format.js";
+import { t } from "./i18n.js";
 
 export class Instructions {
   // host: { conversation(): the open conversation or null, picker: the ModelPicker,
@@ -17,30 +18,30 @@ export class Instructions {
   }
 
   build() {
-    this.text = h("textarea", { id: "instructions-text", rows: 8, maxlength: 100000, placeholder: "e.g. Answer briefly, in French." });
+    this.text = h("textarea", { id: "instructions-text", rows: 8, maxlength: 100000, placeholder: t("e.g. Answer briefly, in French.") });
     this.presetSelect = h("select", { id: "preset-select" });
     this.presetName = h("input", { id: "preset-name", type: "text", maxlength: 100, autocomplete: "off" });
     this.status = h("p", { class: "muted small", role: "status", "aria-live": "polite" });
-    const save = h("button", { type: "submit", class: "btn primary", text: "Save" });
-    const close = h("button", { type: "button", class: "btn ghost", text: "Close" });
-    const apply = h("button", { type: "button", class: "btn ghost", text: "Use preset" });
-    const savePreset = h("button", { type: "button", class: "btn ghost", text: "Save as preset" });
+    const save = h("button", { type: "submit", class: "btn primary", text: t("Save") });
+    const close = h("button", { type: "button", class: "btn ghost", text: t("Close") });
+    const apply = h("button", { type: "button", class: "btn ghost", text: t("Use preset") });
+    const savePreset = h("button", { type: "button", class: "btn ghost", text: t("Save as preset") });
     this.form = h(
       "form",
       { method: "dialog", class: "instructions-form" },
-      h("label", { for: "instructions-text", text: "Instructions for this chat" }),
+      h("label", { for: "instructions-text", text: t("Instructions for this chat") }),
       this.text,
-      h("p", { class: "muted small", text: "Sent to the model before the conversation, on every turn; counted as system in the context meter." }),
+      h("p", { class: "muted small", text: t("Sent to the model before the conversation, on every turn; counted as system in the context meter.") }),
       h("p", { class: "form-row" }, save, close),
-      h("fieldset", {}, h("legend", { text: "Presets" }),
-        h("p", { class: "form-row" }, h("label", { for: "preset-select", text: "Preset" }), this.presetSelect, apply),
-        h("p", { class: "form-row" }, h("label", { for: "preset-name", text: "Preset name" }), this.presetName, savePreset)),
+      h("fieldset", {}, h("legend", { text: t("Presets") }),
+        h("p", { class: "form-row" }, h("label", { for: "preset-select", text: t("Preset") }), this.presetSelect, apply),
+        h("p", { class: "form-row" }, h("label", { for: "preset-name", text: t("Preset name") }), this.presetName, savePreset)),
       this.status,
     );
     this.dialog = h(
       "dialog",
       { class: "model-view instructions-dialog", "aria-labelledby": "instructions-title" },
-      h("div", { class: "model-view-head" }, h("h2", { id: "instructions-title", text: "Instructions" })),
+      h("div", { class: "model-view-head" }, h("h2", { id: "instructions-title", text: t("Instructions") })),
       this.form,
     );
     this.form.addEventListener("submit", (event) => {
@@ -77,12 +78,12 @@ export class Instructions {
     try {
       this.presets = await api.get("/api/presets");
     } catch (error) {
-      this.status.textContent = `Presets could not be loaded: ${error.message}`;
+      this.status.textContent = t("Presets could not be loaded: {message}", { message: error.message });
       return;
     }
     const chosen = this.presetSelect.value; // a choice made while the list was reloading stays
     const options = this.presets.map((p) => h("option", { value: String(p.id), text: p.name }));
-    this.presetSelect.replaceChildren(h("option", { value: "", text: "Choose a preset…" }), ...options);
+    this.presetSelect.replaceChildren(h("option", { value: "", text: t("Choose a preset…") }), ...options);
     if (this.presets.some((p) => String(p.id) === chosen)) this.presetSelect.value = chosen;
   }
 
@@ -92,16 +93,16 @@ export class Instructions {
     if (!conversation) {
       this.pending = text;
       this.show(null);
-      this.status.textContent = "Saved; they apply from the first message of this chat.";
+      this.status.textContent = t("Saved; they apply from the first message of this chat.");
       return;
     }
     try {
       const saved = await api.patch(`/api/conversations/${conversation.id}`, { instructions: text });
       conversation.instructions = saved.instructions;
       this.show(conversation);
-      this.status.textContent = "Saved; the next reply follows them.";
+      this.status.textContent = t("Saved; the next reply follows them.");
     } catch (error) {
-      this.status.textContent = `The instructions could not be saved: ${error.message}`;
+      this.status.textContent = t("The instructions could not be saved: {message}", { message: error.message });
     }
   }
 
@@ -117,17 +118,17 @@ export class Instructions {
   async savePreset() {
     const name = this.presetName.value.trim();
     if (!name) {
-      this.status.textContent = "Give the preset a name.";
+      this.status.textContent = t("Give the preset a name.");
       this.presetName.focus();
       return;
     }
     try {
       await api.post("/api/presets", { name, instructions: this.text.value, model_profile: this.host.picker.select.value || null });
       this.presetName.value = "";
-      this.status.textContent = `Saved the preset "${name}".`;
+      this.status.textContent = t("Saved the preset \"{name}\".", { name });
       await this.loadPresets();
     } catch (error) {
-      this.status.textContent = `The preset could not be saved: ${error.message}`;
+      this.status.textContent = t("The preset could not be saved: {message}", { message: error.message });
     }
   }
 }

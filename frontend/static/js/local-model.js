@@ -1,7 +1,16 @@
 // The embedded local model's state on the chat page, from the server's one account of it (the
 // boot data, then `/readyz`): while the model starts, restarts or has failed, a notice says so
 // and sending is held back; the state is polled until the model is ready or has failed.
+import { t } from "./i18n.js";
 const POLL_MS = 1000;
+
+// The server's status message is English; the page says the same in its own language.
+function describe(status) {
+  const model = status.model;
+  if (status.state === "starting") return t("The local model ({model}) is starting…", { model });
+  if (status.state === "restarting") return t("The local model ({model}) stopped ({reason}) and is restarting…", { model, reason: status.reason });
+  return t("The local model ({model}) failed: {reason}. Its log is {log}.", { model, reason: status.reason, log: status.log_path });
+}
 
 export class LocalModelNotice {
   // composer: has setBlocked(text|null); status: the boot data's `local_model` (null: none runs)
@@ -13,9 +22,10 @@ export class LocalModelNotice {
   show(status) {
     const waiting = status && status.state !== "ready";
     this.element.hidden = !waiting;
-    this.element.textContent = waiting ? status.message : "";
+    const message = waiting ? describe(status) : null;
+    this.element.textContent = message ?? "";
     this.element.dataset.state = status?.state ?? "";
-    this.composer.setBlocked(waiting ? status.message : null);
+    this.composer.setBlocked(message);
     clearTimeout(this.timer);
     if (waiting && status.state !== "failed") this.timer = setTimeout(() => this.refresh(), POLL_MS);
   }

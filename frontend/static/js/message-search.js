@@ -3,6 +3,7 @@
 // conversation at that message. The title filter of the list below works as before.
 import { api } from "./api.js";
 import { h } from "./format.js";
+import { t } from "./i18n.js";
 
 export class MessageSearch {
   // open(conversationId, messageId): show that message
@@ -42,11 +43,11 @@ export class MessageSearch {
     }
     if (generation !== this.generation) return; // a newer search replaced this one
     this.list.replaceChildren(...data.items.map((hit) => this.#item(hit)));
-    this.status.textContent = data.items.length ? "" : "No message contains that.";
+    this.status.textContent = data.items.length ? "" : t("No message contains that.");
   }
 
   #item(hit) {
-    const who = hit.role === "user" ? "You" : "Assistant";
+    const who = hit.role === "user" ? t("You") : t("Assistant");
     const snippet = h("span", { class: "hit-snippet" }, hit.snippet.before, h("mark", { text: hit.snippet.match }), hit.snippet.after);
     return h(
       "li",
@@ -54,7 +55,7 @@ export class MessageSearch {
       h(
         "a",
         { href: `/c/${hit.conversation_id}`, dataset: { conversation: hit.conversation_id, message: hit.message_id } },
-        h("span", { class: "hit-title", text: `${hit.conversation_title} · ${who}` }),
+        h("span", { class: "hit-title", text: t("{title} · {who}", { title: hit.conversation_title, who }) }),
         snippet,
       ),
     );

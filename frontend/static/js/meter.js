@@ -4,31 +4,43 @@
 // runs. It is driven by `context.metrics` snapshots and `context.compaction` statuses; both
 // `started` and `in_progress` mean compacting, so a page reloaded in the middle of a
 // compaction shows it again from the replayed heartbeat.
-import { formatInt, formatTokens, h } from "./format.js";
+import { formatInt, formatPercent, formatTokens, h } from "./format.js";
+import { t } from "./i18n.js";
 
 const SOURCES = [
-  ["system", "System prompt and instructions"],
-  ["overhead", "Provider's fixed overhead"],
-  ["tool_schemas", "Tool definitions"],
-  ["history", "Conversation history"],
-  ["tool_outputs", "Tool outputs"],
-  ["attachments", "Attachments"],
-  ["summary", "Summary of earlier turns"],
-  ["current_input", "Your new message"],
+  ["system", t("System prompt and instructions")],
+  ["overhead", t("Provider's fixed overhead")],
+  ["tool_schemas", t("Tool definitions")],
+  ["history", t("Conversation history")],
+  ["tool_outputs", t("Tool outputs")],
+  ["attachments", t("Attachments")],
+  ["summary", t("Summary of earlier turns")],
+  ["current_input", t("Your new message")],
 ];
 const STATE_LABELS = {
-  empty: "No context used yet",
-  normal: "Plenty of room",
-  warning: "Nearing the compaction threshold",
-  compacting: "Compacting context…",
-  compacted: "Earlier messages were summarized",
-  refused: "The message does not fit the model's context",
+  empty: t("No context used yet"),
+  normal: t("Plenty of room"),
+  warning: t("Nearing the compaction threshold"),
+  compacting: t("Compacting context…"),
+  compacted: t("Earlier messages were summarized"),
+  refused: t("The message does not fit the model's context"),
+};
+const COMPACTION_STATUS = {
+  started: t("started"),
+  in_progress: t("in progress"),
+  completed: t("completed"),
+  failed: t("failed"),
+  skipped: t("skipped"),
 };
 const COMPACTING = new Set(["started", "in_progress"]);
 
 // "2,101 of 14,976 input tokens; window 16,000": used of available input, and the window.
 function usedOf(m) {
-  return `${formatInt(m.used_input)} of ${formatInt(m.available_input)} input tokens; window ${formatInt(m.context_window)}`;
+  return t("{used} of {available} input tokens; window {window}", {
+    used: formatInt(m.used_input),
+    available: formatInt(m.available_input),
+    window: formatInt(m.context_window),
+  });
 }
 
 export class ContextMeter {
@@ -45,12 +57,12 @@ export class ContextMeter {
 
   build() {
     this.fill = h("span", { class: "meter-fill" });
-    this.triggerMark = h("span", { class: "meter-trigger", title: "Compaction threshold" });
-    this.bar = h("span", { class: "meter-bar", role: "meter", "aria-label": "Context used", "aria-valuemin": 0 }, this.fill, this.triggerMark);
+    this.triggerMark = h("span", { class: "meter-trigger", title: t("Compaction threshold") });
+    this.bar = h("span", { class: "meter-bar", role: "meter", "aria-label": t("Context used"), "aria-valuemin": 0 }, this.fill, this.triggerMark);
     this.usedLabel = h("span", { class: "meter-used" });
     this.leftLabel = h("span", { class: "meter-left" });
     this.label = h("span", { class: "meter-text" }, this.usedLabel, this.leftLabel);
-    this.spinner = h("span", { class: "meter-compacting", hidden: true }, h("span", { class: "spinner", "aria-hidden": "true" }), "Compacting context…");
+    this.spinner = h("span", { class: "meter-compacting", hidden: true }, h("span", { class: "spinner", "aria-hidden": "true" }), t("Compacting context…"));
     this.button = h(
       "button",
       { type: "button", class: "meter-button", "aria-expanded": "false", "aria-controls": "meter-details", "aria-describedby": "meter-details" },
@@ -59,11 +71,11 @@ export class ContextMeter {
       this.spinner,
     );
     this.content = h("div", { class: "meter-content" });
-    this.modelButton = h("button", { type: "button", class: "btn ghost tiny", text: "What the model sees" });
+    this.modelButton = h("button", { type: "button", class: "btn ghost tiny", text: t("What the model sees") });
     this.modelButton.addEventListener("click", () => this.onShowModel());
     this.details = h(
       "div",
-      { class: "meter-details", id: "meter-details", role: "region", "aria-label": "Context breakdown" },
+      { class: "meter-details", id: "meter-details", role: "region", "aria-label": t("Context breakdown") },
       this.content,
       h("p", { class: "meter-actions" }, this.modelButton),
     );
@@ -152,13 +164,13 @@ export class ContextMeter {
     this.spinner.hidden = !this.compacting;
     if (!m) {
       this.usedLabel.textContent = "";
-      this.leftLabel.textContent = "Context —";
+      this.leftLabel.textContent = t("Context —");
       this.fill.style.width = "0%";
       this.triggerMark.hidden = true;
       this.bar.removeAttribute("aria-valuenow");
-      this.bar.setAttribute("aria-valuetext", "no context used yet");
-      this.button.setAttribute("aria-label", "Context usage: none yet");
-      this.content.replaceChildren(h("p", { class: "muted", text: "The meter fills in once the model has been called in this conversation." }));
+      this.bar.setAttribute("aria-valuetext", t("no context used yet"));
+      this.button.setAttribute("aria-label", t("Context usage: none yet"));
+      this.content.replaceChildren(h("p", { class: "muted", text: t("The meter fills in once the model has been called in this conversation.") }));
       return;
     }
     const available = Math.max(1, m.available_input);
@@ -170,10 +182,10 @@ export class ContextMeter {
     this.triggerMark.style.left = `${Math.min(100, (m.trigger / available) * 100).toFixed(1)}%`;
     this.bar.setAttribute("aria-valuemax", String(m.available_input));
     this.bar.setAttribute("aria-valuenow", String(Math.min(m.used_input, m.available_input)));
-    this.bar.setAttribute("aria-valuetext", `${formatInt(m.used_input)} of ${formatInt(m.available_input)} input tokens used`);
-    this.usedLabel.textContent = `${formatTokens(m.used_input)} / ${formatTokens(m.available_input)} input · `;
-    this.leftLabel.textContent = `${left}% left`;
-    this.button.setAttribute("aria-label", `Context usage: ${usedOf(m)}, ${left}% left, ${STATE_LABELS[state]}`);
+    this.bar.setAttribute("aria-valuetext", t("{used} of {available} input tokens used", { used: formatInt(m.used_input), available: formatInt(m.available_input) }));
+    this.usedLabel.textContent = t("{used} / {available} input · ", { used: formatTokens(m.used_input), available: formatTokens(m.available_input) });
+    this.leftLabel.textContent = t("{percent} left", { percent: formatPercent(left) });
+    this.button.setAttribute("aria-label", t("Context usage: {used}, {percent} left, {state}", { used: usedOf(m), percent: formatPercent(left), state: STATE_LABELS[state] }));
     this.content.replaceChildren(...this.detailRows(m, state));
   }
 
@@ -196,18 +208,22 @@ export class ContextMeter {
       h(
         "dl",
         { class: "meter-figures" },
-        h("dt", { text: "Model" }), h("dd", { class: "meter-model", text: this.model?.label ?? m.profile }),
-        h("dt", { text: "Used" }), h("dd", { class: "meter-used-of", text: usedOf(m) }),
-        h("dt", { text: "Kept for the reply" }), h("dd", { text: `${formatInt(m.reserved_output)} tokens of the window` }),
-        h("dt", { text: "Left for input" }), h("dd", { text: `${formatInt(m.remaining)} (${Math.round(m.remaining_percent)}%)` }),
-        h("dt", { text: "Compacts at" }), h("dd", { text: `${formatInt(m.trigger)} tokens` }),
+        h("dt", { text: t("Model") }), h("dd", { class: "meter-model", text: this.model?.label ?? m.profile }),
+        h("dt", { text: t("Used") }), h("dd", { class: "meter-used-of", text: usedOf(m) }),
+        h("dt", { text: t("Kept for the reply") }), h("dd", { text: t("{tokens} tokens of the window", { tokens: formatInt(m.reserved_output) }) }),
+        h("dt", { text: t("Left for input") }), h("dd", { text: t("{tokens} ({percent})", { tokens: formatInt(m.remaining), percent: formatPercent(Math.round(m.remaining_percent)) }) }),
+        h("dt", { text: t("Compacts at") }), h("dd", { text: t("{tokens} tokens", { tokens: formatInt(m.trigger) }) }),
       ),
-      h("table", { class: "meter-breakdown" }, h("caption", { class: "visually-hidden", text: "Tokens by source" }), h("tbody", {}, rows)),
+      h("table", { class: "meter-breakdown" }, h("caption", { class: "visually-hidden", text: t("Tokens by source") }), h("tbody", {}, rows)),
     ];
     const latest = this.compaction ?? m.latest_compaction;
     if (latest && latest.status !== "ended") {
-      const saved = latest.before_tokens != null && latest.after_tokens != null ? `: ${formatInt(latest.before_tokens)} → ${formatInt(latest.after_tokens)} tokens` : "";
-      out.push(h("p", { class: "muted small", text: `Latest compaction ${latest.status.replace("_", " ")}${saved}` }));
+      const status = COMPACTION_STATUS[latest.status] ?? latest.status;
+      const text =
+        latest.before_tokens != null && latest.after_tokens != null
+          ? t("Latest compaction {status}: {before} → {after} tokens", { status, before: formatInt(latest.before_tokens), after: formatInt(latest.after_tokens) })
+          : t("Latest compaction {status}", { status });
+      out.push(h("p", { class: "muted small", text }));
     }
     return out;
   }

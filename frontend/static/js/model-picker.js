@@ -4,6 +4,7 @@
 // chosen model's window. Hidden when the server offers a single model.
 import { api } from "./api.js";
 import { h } from "./format.js";
+import { t } from "./i18n.js";
 
 export class ModelPicker {
   // onChange(info): the chosen model changed (info: the /api/models entry, or null);

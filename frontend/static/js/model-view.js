@@ -5,36 +5,38 @@
 // kept tail, previews, shortened outputs).
 import { api } from "./api.js";
 import { formatInt, h } from "./format.js";
+import { t } from "./i18n.js";
 
 const SOURCES = {
-  system: "System prompt",
-  instructions: "This chat's instructions",
-  guidance: "Guidance for this attempt",
-  tool_schemas: "Tool definition",
-  history: "History",
-  tool_output: "Tool output",
-  attachment_preview: "Attachment preview",
-  summary: "Summary of earlier turns",
-  kept_tail: "Kept verbatim",
-  current_input: "Your message",
+  system: t("System prompt"),
+  instructions: t("This chat's instructions"),
+  guidance: t("Guidance for this attempt"),
+  tool_schemas: t("Tool definition"),
+  history: t("History"),
+  tool_output: t("Tool output"),
+  attachment_preview: t("Attachment preview"),
+  summary: t("Summary of earlier turns"),
+  kept_tail: t("Kept verbatim"),
+  current_input: t("Your message"),
 };
-const ROLES = { system: "system", user: "user", assistant: "assistant", tool: "tool", tool_schema: "tool" };
+const ROLES = { system: t("system"), user: t("user"), assistant: t("assistant"), tool: t("tool"), tool_schema: t("tool") };
 
 function entryLabel(entry) {
   const source = SOURCES[entry.source] ?? entry.source;
-  const server = entry.server ? ` (MCP server ${entry.server})` : "";
-  const name = entry.name ? `: ${entry.name}${server}` : "";
-  return `${source}${name} · ${ROLES[entry.role] ?? entry.role}`;
+  const role = ROLES[entry.role] ?? entry.role;
+  if (entry.name && entry.server) return t("{source}: {name} (MCP server {server}) · {role}", { source, name: entry.name, server: entry.server, role });
+  if (entry.name) return t("{source}: {name} · {role}", { source, name: entry.name, role });
+  return t("{source} · {role}", { source, role });
 }
 
 function entryBody(entry) {
-  if (entry.text_hidden) return `(The operator's system prompt: ${formatInt(entry.tokens)} tokens. Its text is shown to operators only.)`;
-  return entry.text || "(empty)";
+  if (entry.text_hidden) return t("(The operator's system prompt: {tokens} tokens. Its text is shown to operators only.)", { tokens: formatInt(entry.tokens) });
+  return entry.text || t("(empty)");
 }
 
 function renderEntry(entry) {
-  const notes = [h("span", { class: "model-entry-tokens", text: `${formatInt(entry.tokens)} tokens` })];
-  if (entry.preview_tokens) notes.push(h("span", { class: "muted", text: ` (preview ${formatInt(entry.preview_tokens)})` }));
+  const notes = [h("span", { class: "model-entry-tokens", text: t("{tokens} tokens", { tokens: formatInt(entry.tokens) }) })];
+  if (entry.preview_tokens) notes.push(h("span", { class: "muted", text: t(" (preview {tokens})", { tokens: formatInt(entry.preview_tokens) }) }));
   return h(
     "li",
     {
@@ -51,12 +53,12 @@ export class ModelView {
   constructor(conversationId) {
     this.conversationId = conversationId;
     this.body = h("div", { class: "model-view-body", "aria-live": "polite" });
-    const close = h("button", { type: "button", class: "btn ghost", text: "Close" });
+    const close = h("button", { type: "button", class: "btn ghost", text: t("Close") });
     this.dialog = h(
       "dialog",
       { class: "model-view", "aria-labelledby": "model-view-title" },
-      h("div", { class: "model-view-head" }, h("h2", { id: "model-view-title", text: "What the model sees" }), close),
-      h("p", { class: "muted small", text: "The last request sent to the model, exactly as sent. Your transcript keeps every original message." }),
+      h("div", { class: "model-view-head" }, h("h2", { id: "model-view-title", text: t("What the model sees") }), close),
+      h("p", { class: "muted small", text: t("The last request sent to the model, exactly as sent. Your transcript keeps every original message.") }),
       this.body,
     );
     close.addEventListener("click", () => this.dialog.close());
@@ -66,25 +68,27 @@ export class ModelView {
 
   async show() {
     this.dialog.showModal();
-    this.body.replaceChildren(h("p", { class: "muted", text: "Loading…" }));
+    this.body.replaceChildren(h("p", { class: "muted", text: t("Loading…") }));
     let data;
     try {
       data = await api.get(`/api/conversations/${this.conversationId}/model-request`);
     } catch (error) {
-      this.body.replaceChildren(h("p", { class: "model-view-error", role: "alert", text: `The model's request could not be loaded: ${error.message}` }));
+      this.body.replaceChildren(h("p", { class: "model-view-error", role: "alert", text: t("The model's request could not be loaded: {message}", { message: error.message }) }));
       return;
     }
     if (data.state === "no_turns") {
-      this.body.replaceChildren(h("p", { class: "muted model-view-note", text: "Nothing has been sent to the model in this conversation yet." }));
+      this.body.replaceChildren(h("p", { class: "muted model-view-note", text: t("Nothing has been sent to the model in this conversation yet.") }));
       return;
     }
     if (data.state === "no_model_call") {
       this.body.replaceChildren(h("p", { class: "model-view-note", role: "status", text: data.note }));
       return;
     }
-    const calls = data.calls > 1 ? ` (call ${data.calls} of ${data.calls} in the latest turn)` : " (the latest turn)";
+    const figures = { tokens: formatInt(data.total_tokens), calls: formatInt(data.calls), framing: formatInt(data.framing_tokens) };
     const total = h("p", { class: "small model-view-total", "data-total": String(data.total_tokens) },
-      `${formatInt(data.total_tokens)} tokens in this request${calls}, ${formatInt(data.framing_tokens)} of them framing.`);
+      data.calls > 1
+        ? t("{tokens} tokens in this request (call {calls} of {calls} in the latest turn), {framing} of them framing.", figures)
+        : t("{tokens} tokens in this request (the latest turn), {framing} of them framing.", figures));
     this.body.replaceChildren(total, h("ol", { class: "model-entries" }, data.entries.map(renderEntry)));
   }
 }

@@ -2,6 +2,7 @@
 // new, rename and delete. Selecting a conversation is left to the app (client-side routing).
 import { api } from "./api.js";
 import { h, icon } from "./format.js";
+import { t } from "./i18n.js";
 
 const PAGE = 30;
 
@@ -58,24 +59,24 @@ export class Sidebar {
       if (generation === this.generation) this.loading = false;
     }
     this.empty.hidden = this.items.size > 0;
-    this.empty.textContent = this.query ? "No conversation title matches." : "No conversations yet.";
+    this.empty.textContent = this.query ? t("No conversation title matches.") : t("No conversations yet.");
     // The list does not fill the scroller yet: the sentinel stays visible, so ask again.
     if (!this.done && this.scroller.scrollHeight <= this.scroller.clientHeight + 200) this.more();
   }
 
   #item(conversation) {
     const link = h("a", { class: "conv-link", href: `/c/${conversation.id}` }, h("span", { class: "conv-title", text: conversation.title }));
-    if (conversation.forked_from) link.prepend(h("span", { class: "conv-fork", title: "A branch of another conversation" }, icon("branch"), h("span", { class: "visually-hidden", text: "Branch:" })));
+    if (conversation.forked_from) link.prepend(h("span", { class: "conv-fork", title: t("A branch of another conversation") }, icon("branch"), h("span", { class: "visually-hidden", text: t("Branch:") })));
     const element = h(
       "li",
       { class: "conv", dataset: { id: conversation.id } },
       link,
-      h("span", { class: "conv-running", title: "A reply is being written", hidden: !conversation.running_turn_id, text: "●" }),
+      h("span", { class: "conv-running", title: t("A reply is being written"), hidden: !conversation.running_turn_id, text: "●" }),
       h(
         "span",
         { class: "conv-actions" },
-        h("button", { type: "button", class: "icon-btn tiny", "data-action": "rename", "aria-label": `Rename “${conversation.title}”` }, icon("edit")),
-        h("button", { type: "button", class: "icon-btn tiny", "data-action": "delete", "aria-label": `Delete “${conversation.title}”` }, icon("trash")),
+        h("button", { type: "button", class: "icon-btn tiny", "data-action": "rename", "aria-label": t("Rename “{title}”", { title: conversation.title }) }, icon("edit")),
+        h("button", { type: "button", class: "icon-btn tiny", "data-action": "delete", "aria-label": t("Delete “{title}”", { title: conversation.title }) }, icon("trash")),
       ),
     );
     this.items.set(conversation.id, { conversation, element });
@@ -128,7 +129,7 @@ export class Sidebar {
   #rename(element, id) {
     const known = this.items.get(id);
     const link = element.querySelector(".conv-link");
-    const input = h("input", { class: "conv-rename", "aria-label": "New title", maxlength: 200 });
+    const input = h("input", { class: "conv-rename", "aria-label": t("New title"), maxlength: 200 });
     input.value = known.conversation.title;
     let finished = false;
     const finish = async (save) => {
@@ -142,11 +143,11 @@ export class Sidebar {
         known.conversation = { ...known.conversation, ...updated };
         link.querySelector(".conv-title").textContent = updated.title;
         for (const button of element.querySelectorAll("[data-action]")) {
-          button.setAttribute("aria-label", `${button.dataset.action === "rename" ? "Rename" : "Delete"} “${updated.title}”`);
+          button.setAttribute("aria-label", button.dataset.action === "rename" ? t("Rename “{title}”", { title: updated.title }) : t("Delete “{title}”", { title: updated.title }));
         }
         this.hooks.renamed?.(updated);
       } catch (error) {
-        window.alert(`The title could not be changed: ${error.message}`);
+        window.alert(t("The title could not be changed: {message}", { message: error.message }));
       }
       link.focus();
     };
@@ -162,11 +163,11 @@ export class Sidebar {
 
   async #delete(id) {
     const known = this.items.get(id);
-    if (!window.confirm(`Delete “${known.conversation.title}”? This cannot be undone.`)) return;
+    if (!window.confirm(t("Delete “{title}”? This cannot be undone.", { title: known.conversation.title }))) return;
     try {
       await api.delete(`/api/conversations/${id}`);
     } catch (error) {
-      window.alert(`The conversation could not be deleted: ${error.message}`);
+      window.alert(t("The conversation could not be deleted: {message}", { message: error.message }));
       return;
     }
     known.element.remove();

@@ -3,6 +3,7 @@
 // call waits for the user's Allow / Deny in the transcript). A checkbox change is stored at once
 // and applies from the conversation's next turn; a deployment without MCP servers shows no panel.
 import { api } from "./api.js";
+import { t } from "./i18n.js";
 
 const STATUS_TEXT = { available: "available", unavailable: "unavailable", connecting: "connecting…" };
 
@@ -34,7 +35,7 @@ export class ToolsPanel {
     } catch (error) {
       if (ticket !== this.ticket) return;
       this.menu.hidden = false;
-      this.say(`The tools could not be listed: ${error.message}`);
+      this.say(t("The tools could not be listed: {message}", { message: error.message }));
     }
   }
 
@@ -46,7 +47,7 @@ export class ToolsPanel {
       const panel = await api.put(`/api/conversations/${this.conversationId}/mcp-servers`, body);
       if (ticket === this.ticket) this.render(panel);
     } catch (error) {
-      if (ticket === this.ticket) this.say(`The choice was not saved: ${error.message}`);
+      if (ticket === this.ticket) this.say(t("The choice was not saved: {message}", { message: error.message }));
     }
   }
 
@@ -84,11 +85,11 @@ export class ToolsPanel {
     const tools = document.createElement("ul");
     tools.className = "tool-names muted small";
     if (server.tools.length) tools.append(...server.tools.map((tool) => askFirstItem("li", tool.name, tool.name, askFirst)));
-    else tools.textContent = server.status === "available" ? "no tools" : "tools appear once it is reachable";
+    else tools.textContent = server.status === "available" ? t("no tools") : t("tools appear once it is reachable");
     const heading = document.createElement("p");
     heading.className = "ask-first-heading muted small";
-    heading.textContent = "Ask first (each call waits for your Allow):";
-    item.append(label, heading, askFirstItem("div", server.name, "all its tools", askFirst), tools);
+    heading.textContent = t("Ask first (each call waits for your Allow):");
+    item.append(label, heading, askFirstItem("div", server.name, t("all its tools"), askFirst), tools);
     return item;
   }
 }
@@ -103,7 +104,7 @@ function askFirstItem(tag, name, text, askFirst) {
   box.dataset.kind = "ask-first";
   box.value = name;
   box.checked = askFirst.has(name);
-  box.title = `Ask before each call of ${name}`;
+  box.title = t("Ask before each call of {name}", { name });
   const caption = document.createElement("span");
   caption.textContent = text;
   label.append(box, caption);

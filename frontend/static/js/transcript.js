@@ -4,11 +4,20 @@
 // the stored message when the turn completes.
 import { formatBytes, formatInt, formatTime, h, icon } from "./format.js";
 import { MarkdownStream, renderMarkdown } from "./markdown.js";
+import { errorMessage } from "./errors.js";
+import { t } from "./i18n.js";
+
+// What a failed reply says, its error in the page's language.
+function failedNote(error) {
+  return t("The reply failed: {error}", { error: errorMessage(error?.code, error?.message) || error?.code || t("unknown error") });
+}
 
 const STATUS_NOTES = {
-  cancelled: "Stopped. What you see is what was written before the stop.",
-  interrupted: "The service restarted while this reply was being written; what you see is what was written before.",
+  cancelled: t("Stopped. What you see is what was written before the stop."),
+  interrupted: t("The service restarted while this reply was being written; what you see is what was written before."),
 };
+
+const ATTACHMENT_STATES = { deleted: t("deleted"), ready: t("ready"), failed: t("failed"), uploading: t("uploading") };
 
 export function attachmentChip(attachment) {
   const state = attachment.deleted ? "deleted" : attachment.status;
@@ -19,7 +28,7 @@ export function attachmentChip(attachment) {
     attachment.deleted
       ? h("span", { class: "chip-name", text: attachment.filename })
       : h("a", { class: "chip-name", href: `/api/attachments/${attachment.id}/download`, text: attachment.filename, download: attachment.filename }),
-    h("span", { class: "chip-meta", text: `${formatBytes(attachment.size_bytes)} · ${state}` }),
+    h("span", { class: "chip-meta", text: t("{size} · {state}", { size: formatBytes(attachment.size_bytes), state: ATTACHMENT_STATES[state] ?? state }) }),
   );
 }
 
@@ -29,10 +38,10 @@ function toolArgsPreview(args) {
 }
 
 const APPROVAL_TEXT = {
-  allowed: "You allowed this call.",
-  denied: "You denied this call; the model was told so.",
+  allowed: t("You allowed this call."),
+  denied: t("You denied this call; the model was told so."),
 };
-const APPROVAL_FLAG = { pending: "waiting for you", allowed: "allowed by you", denied: "denied by you" };
+const APPROVAL_FLAG = { pending: t("waiting for you"), allowed: t("allowed by you"), denied: t("denied by you") };
 
 // An "ask first" call: while it waits, the request with Allow / Deny (app.js sends the
 // decision); once decided, what was decided.
@@ -40,12 +49,12 @@ function approvalElement(block) {
   const element = h("div", { class: "tool-approval", dataset: { approval: block.approval } });
   if (block.approval === "pending") {
     element.append(
-      h("p", { class: "tool-approval-ask", text: `Run ${block.name} with the arguments below? The reply waits for your decision.` }),
+      h("p", { class: "tool-approval-ask", text: t("Run {name} with the arguments below? The reply waits for your decision.", { name: block.name }) }),
       h(
         "div",
         { class: "tool-approval-actions" },
-        h("button", { type: "button", class: "btn primary", dataset: { action: "approve", callId: block.call_id }, text: "Allow" }),
-        h("button", { type: "button", class: "btn", dataset: { action: "deny", callId: block.call_id }, text: "Deny" }),
+        h("button", { type: "button", class: "btn primary", dataset: { action: "approve", callId: block.call_id }, text: t("Allow") }),
+        h("button", { type: "button", class: "btn", dataset: { action: "deny", callId: block.call_id }, text: t("Deny") }),
       ),
     );
   } else {
@@ -80,18 +89,18 @@ function toolElement(block) {
     h(
       "summary",
       {},
-      h("span", { class: "tool-label", text: "Tool" }),
+      h("span", { class: "tool-label", text: t("Tool") }),
       h("span", { class: "tool-name", text: block.name }),
       h("code", { class: "tool-args-preview", text: toolArgsPreview(block.args) }),
       h("span", { class: "tool-status", text: status }),
-      block.truncated_for_model ? h("span", { class: "tool-flag", title: "The model saw a shortened copy of this output", text: "shortened for the model" }) : null,
+      block.truncated_for_model ? h("span", { class: "tool-flag", title: t("The model saw a shortened copy of this output"), text: t("shortened for the model") }) : null,
     ),
     h(
       "div",
       { class: "tool-body" },
-      h("p", { class: "tool-heading", text: "Arguments" }),
+      h("p", { class: "tool-heading", text: t("Arguments") }),
       h("pre", { class: "tool-args", text: JSON.stringify(block.args ?? {}, null, 2) }),
-      h("p", { class: "tool-heading", text: "Output" }),
+      h("p", { class: "tool-heading", text: t("Output") }),
       output,
     ),
   );
@@ -106,23 +115,27 @@ function updateTool(element, data) {
   element.querySelector(".tool-status").textContent = status;
   element.outputElement.textContent = data.output ?? "";
   if (data.truncated_for_model && !element.querySelector(".tool-flag")) {
-    element.querySelector("summary").append(h("span", { class: "tool-flag", title: "The model saw a shortened copy of this output", text: "shortened for the model" }));
+    element.querySelector("summary").append(h("span", { class: "tool-flag", title: t("The model saw a shortened copy of this output"), text: t("shortened for the model") }));
   }
 }
 
 export function boundaryElement(record, assistantMessageId) {
   const strategy = record.strategy ?? "summary_compact";
   const summarized = strategy === "summary_compact" || strategy === "summary_ahead";
-  const figures = record.before_tokens != null && record.after_tokens != null ? ` (${formatInt(record.before_tokens)} → ${formatInt(record.after_tokens)} tokens)` : "";
+  const figures = record.before_tokens != null && record.after_tokens != null ? t(" ({before_tokens} → {after_tokens} tokens)", { before_tokens: formatInt(record.before_tokens), after_tokens: formatInt(record.after_tokens) }) : "";
   // A summary made ahead of time (between turns) is labelled as such.
-  const ahead = strategy === "summary_ahead" ? " ahead of time" : "";
-  const label = summarized ? `Earlier messages summarized${ahead}` : "Earlier messages trimmed from the model's context";
+  const label =
+    strategy === "summary_ahead"
+      ? t("Earlier messages summarized ahead of time")
+      : summarized
+        ? t("Earlier messages summarized")
+        : t("Earlier messages trimmed from the model's context");
   const body = h("div", { class: "boundary-body" });
   if (record.summary_text) {
-    body.append(h("p", { class: "muted small", text: "What the model now sees instead of the messages above this line (they stay here for you); the messages below it reach the model verbatim:" }));
+    body.append(h("p", { class: "muted small", text: t("What the model now sees instead of the messages above this line (they stay here for you); the messages below it reach the model verbatim:") }));
     body.append(h("div", { class: "summary-text", text: record.summary_text }));
   } else {
-    body.append(h("p", { class: "muted small", text: "The messages above stay here for you; the model sees a shorter context from this point on." }));
+    body.append(h("p", { class: "muted small", text: t("The messages above stay here for you; the model sees a shorter context from this point on.") }));
   }
   return h(
     "section",
@@ -131,7 +144,7 @@ export function boundaryElement(record, assistantMessageId) {
   );
 }
 
-const ACTION_LABELS = { edit: "Edit", copy: "Copy", regenerate: "Regenerate" };
+const ACTION_LABELS = { edit: t("Edit"), copy: t("Copy"), regenerate: t("Regenerate") };
 // A reply that did not complete offers a retry: the same new version, named for what it does.
 const RETRIED = new Set(["failed", "cancelled", "interrupted"]);
 
@@ -152,10 +165,10 @@ function versionSwitcher(message) {
     });
   return h(
     "div",
-    { class: "versions", role: "group", "aria-label": "Versions" },
-    step(-1, "Previous version", "‹"),
-    h("span", { class: "versions-position", text: `${index + 1}/${versions.length}` }),
-    step(1, "Next version", "›"),
+    { class: "versions", role: "group", "aria-label": t("Versions") },
+    step(-1, t("Previous version"), "‹"),
+    h("span", { class: "versions-position", text: t("{position}/{count}", { position: formatInt(index + 1), count: formatInt(versions.length) }) }),
+    step(1, t("Next version"), "›"),
   );
 }
 
@@ -201,19 +214,19 @@ class UserView {
     this.more = null;
     if (isLong(message.content)) {
       this.body.classList.add("is-collapsed");
-      this.more = h("button", { type: "button", class: "btn ghost tiny show-more", "aria-expanded": "false", text: "Show more" });
+      this.more = h("button", { type: "button", class: "btn ghost tiny show-more", "aria-expanded": "false", text: t("Show more") });
       this.more.addEventListener("click", () => {
         const collapsed = this.body.classList.toggle("is-collapsed");
-        this.more.textContent = collapsed ? "Show more" : "Show less";
+        this.more.textContent = collapsed ? t("Show more") : t("Show less");
         this.more.setAttribute("aria-expanded", String(!collapsed));
       });
     }
-    this.chips = h("ul", { class: "chips", "aria-label": "Attachments" }, (message.attachments ?? []).map(attachmentChip));
+    this.chips = h("ul", { class: "chips", "aria-label": t("Attachments") }, (message.attachments ?? []).map(attachmentChip));
     this.chips.hidden = !message.attachments?.length;
     this.element = h(
       "article",
-      { class: "msg user", dataset: { messageId: message.message_id, role: "user" }, "aria-label": "You" },
-      h("div", { class: "msg-head" }, h("span", { class: "who", text: "You" }), h("time", { datetime: message.created_at, text: formatTime(message.created_at) })),
+      { class: "msg user", dataset: { messageId: message.message_id, role: "user" }, "aria-label": t("You") },
+      h("div", { class: "msg-head" }, h("span", { class: "who", text: t("You") }), h("time", { datetime: message.created_at, text: formatTime(message.created_at) })),
       this.body,
       this.more,
       this.chips,
@@ -227,16 +240,16 @@ class UserView {
   }
 
   startEditing(onSubmit) {
-    const editor = h("textarea", { class: "edit-input", rows: 3, "aria-label": "Edit your message" });
+    const editor = h("textarea", { class: "edit-input", rows: 3, "aria-label": t("Edit your message") });
     editor.value = this.message.content;
-    const send = h("button", { type: "submit", class: "btn primary tiny", text: "Send as a new version" });
-    const cancel = h("button", { type: "button", class: "btn ghost tiny", text: "Cancel" });
+    const send = h("button", { type: "submit", class: "btn primary tiny", text: t("Send as a new version") });
+    const cancel = h("button", { type: "button", class: "btn ghost tiny", text: t("Cancel") });
     const form = h(
       "form",
       { class: "edit-form" },
       editor,
-      h("p", { class: "muted small", text: "Sends your edited message as a new version of this one; the earlier version stays, one click away (‹ ›)." }),
-      this.message.attachments?.length ? h("p", { class: "muted small", text: "Its attachments go with it." }) : null,
+      h("p", { class: "muted small", text: t("Sends your edited message as a new version of this one; the earlier version stays, one click away (‹ ›).") }),
+      this.message.attachments?.length ? h("p", { class: "muted small", text: t("Its attachments go with it.") }) : null,
       h("div", { class: "edit-actions" }, send, cancel),
     );
     const stop = () => {
@@ -271,8 +284,8 @@ class AssistantView {
     this.note = h("p", { class: "msg-note", hidden: true });
     this.element = h(
       "article",
-      { class: "msg assistant", dataset: { messageId: message.message_id, role: "assistant" }, "aria-label": "Assistant" },
-      h("div", { class: "msg-head" }, h("span", { class: "who", text: "Assistant" }), h("span", { class: "typing", "aria-hidden": "true" }, h("i"), h("i"), h("i"))),
+      { class: "msg assistant", dataset: { messageId: message.message_id, role: "assistant" }, "aria-label": t("Assistant") },
+      h("div", { class: "msg-head" }, h("span", { class: "who", text: t("Assistant") }), h("span", { class: "typing", "aria-hidden": "true" }, h("i"), h("i"), h("i"))),
       this.blocks,
       this.note,
       messageActions(message, "copy", "regenerate"),
@@ -293,7 +306,7 @@ class AssistantView {
 
   setStatus(status) {
     this.element.dataset.status = status;
-    this.regenerateButton.textContent = RETRIED.has(status) ? "Retry" : ACTION_LABELS.regenerate;
+    this.regenerateButton.textContent = RETRIED.has(status) ? t("Retry") : ACTION_LABELS.regenerate;
     this.element.setAttribute("aria-busy", String(status === "running"));
   }
 
@@ -320,7 +333,7 @@ class AssistantView {
     this.tools = new Map([...this.blocks.querySelectorAll("details.tool")].map((el) => [el.dataset.callId, el]));
     const error = result.error;
     let note = STATUS_NOTES[message.status] ?? null;
-    if (message.status === "failed") note = `The reply failed: ${error?.message || error?.code || "unknown error"}`;
+    if (message.status === "failed") note = failedNote(error);
     this.showNote(note, message.status);
   }
 
@@ -389,7 +402,7 @@ class AssistantView {
     }
     this.message = { ...this.message, status, result: { ...(this.message.result ?? {}), value: this.streamed, error } };
     this.setStatus(status);
-    const note = status === "failed" ? `The reply failed: ${error?.message || error?.code || "unknown error"}` : STATUS_NOTES[status];
+    const note = status === "failed" ? failedNote(error) : STATUS_NOTES[status];
     this.showNote(note, status);
   }
 }
@@ -552,14 +565,14 @@ export class Transcript {
     const generation = this.generation;
     this.loadingOlder = true;
     this.olderStatus.hidden = false;
-    this.olderStatus.textContent = "Loading earlier messages…";
+    this.olderStatus.textContent = t("Loading earlier messages…");
     try {
       const page = await this.loadOlder(before);
       if (generation !== this.generation) return;
       this.prepend(page.items, page.has_more);
       this.olderStatus.hidden = true;
     } catch (error) {
-      if (generation === this.generation) this.olderStatus.textContent = `Earlier messages could not be loaded: ${error.message}`;
+      if (generation === this.generation) this.olderStatus.textContent = t("Earlier messages could not be loaded: {message}", { message: error.message });
     } finally {
       this.loadingOlder = false;
     }

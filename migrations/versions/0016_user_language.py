@@ -1,0 +1,29 @@
+"""The language a user picked for the page
+
+`users.language`: a BCP 47 tag of one of the page's catalogs ("en", "zh-CN"); NULL, as every
+existing account starts, means the page follows the browser's `Accept-Language`.
+
+Revision ID: 0016
+Revises: 0015
+Create Date: 2026-12-02 06:50:00.000000
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0016"
+down_revision: str | None = "0015"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("users") as batch:
+        batch.add_column(sa.Column("language", sa.String(16), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("users") as batch:
+        batch.drop_column("language")
