@@ -52,7 +52,7 @@ def _load(directory: Path) -> Language:
             messages[message.id[0]] = dict(zip(categories, message.string, strict=True))
         else:
             messages[message.id] = message.string
-    tag = str(locale).replace("_", "-")
+    tag = directory.name.replace("_", "-")  # as written, not Babel's fuller "zh-Hans-CN"
     name = locale.get_display_name(locale) or tag
     return Language(tag, name, Translations(compiled), messages, categories)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs (with apt-get, when missing) and starts what the test suite needs: PostgreSQL,
-# Redis, Debian's Chromium and docker compose. Whatever this script starts is recorded in .run/started so
+# Redis, Debian's Chromium (with a CJK font, for the pages in Chinese) and docker compose. Whatever this script starts is recorded in .run/started so
 # scripts/stop-services.sh stops exactly that and nothing else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,7 @@ need=()
 command -v pg_ctlcluster >/dev/null 2>&1 || need+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+[ -d /usr/share/fonts/truetype/wqy ] || need+=(fonts-wqy-zenhei)
 # `docker compose config` checks the compose file's required secrets (no daemon needed).
 docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,5 +1,5 @@
-// The account page: change the password, see and end browser sessions, make and revoke API
-// tokens. Data: /api/auth/password, /api/auth/sessions, /api/auth/logout-others, /api/auth/tokens.
+// The account page: the page's language, change the password, see and end browser sessions, make and revoke API
+// tokens. Data: /api/auth/language, /api/auth/password, /api/auth/sessions, /api/auth/logout-others, /api/auth/tokens.
 
 import { ApiError, api } from "./api.js";
 import { formatTime, h } from "./format.js";
@@ -164,6 +164,20 @@ $("token-form").addEventListener("submit", async (event) => {
     say($("token-error"), sentence(error));
   } finally {
     button.disabled = false;
+  }
+});
+
+// The language is the account's: stored, then the page is loaded again in it (no logout).
+$("language").addEventListener("change", async (event) => {
+  const select = event.currentTarget;
+  say($("language-error"), "");
+  select.disabled = true;
+  try {
+    await api.put("/api/auth/language", { language: select.value || null });
+    location.reload();
+  } catch (error) {
+    say($("language-error"), sentence(error));
+    select.disabled = false;
   }
 });
 

@@ -18,8 +18,11 @@ export function formatTokens(tokens) {
   if (tokens == null) return "—";
   if (tokens < 1000) return decimal(0).format(tokens);
   const digits = tokens < 100_000 ? 1 : tokens < 1_000_000 ? 0 : 2;
+  const format = compact(digits);
+  // A locale whose short form starts higher (Chinese: 万) writes the whole number until then.
+  if (!format.formatToParts(tokens).some((part) => part.type === "compact")) return decimal(0).format(tokens);
   // English writes thousands of tokens with a small k, as the page did before it used Intl.
-  return compact(digits).format(tokens).replace(/(\d)K$/, "$1k");
+  return format.format(tokens).replace(/(\d)K$/, "$1k");
 }
 
 export function formatDecimal(value, digits) {
