@@ -98,6 +98,7 @@ MATRIX: dict[tuple[str, str], Row] = {
         204, body=_json({"current_password": PASSWORD, "new_password": PASSWORD})
     ),
     ("GET", "/api/auth/me"): signed_in(200),
+    ("PUT", "/api/auth/language"): signed_in(200, body=_json({"language": "zh-CN"})),
     ("POST", "/api/auth/tokens"): signed_in(201, body=_json({"name": "matrix"})),
     ("GET", "/api/auth/tokens"): signed_in(200),
     ("DELETE", "/api/auth/tokens/{token_id}"): owner_only(200, target="fresh"),
