@@ -26,6 +26,7 @@ const state = {
   stream: null,
   streamingView: null,
   opening: 0, // increments per open(), so a slow response for an old conversation is dropped
+  opened: Promise.resolve(), // the latest open(): a send made while it loads waits for it
 };
 
 const meter = new ContextMeter($("context-meter"), () => {
@@ -134,7 +135,14 @@ async function navigate(id, { replace = false } = {}) {
   await open(id);
 }
 
-async function open(id) {
+// Opening a conversation; a send waits for it, so a message typed right after a reload goes to
+// the conversation on screen, not to a new one.
+function open(id) {
+  state.opened = load(id);
+  return state.opened;
+}
+
+async function load(id) {
   const ticket = ++state.opening;
   closeStream();
   composer.withdrawQueued();
@@ -152,6 +160,8 @@ async function open(id) {
     return;
   }
   $("empty-state").hidden = true;
+  state.conversation = null;
+  picker.wait();
   let conversation;
   let page;
   try {
@@ -161,7 +171,7 @@ async function open(id) {
     ]);
   } catch (error) {
     if (ticket !== state.opening) return;
-    state.conversation = null;
+    picker.show(null);
     showTitle(null);
     composer.say(error.status === 404 ? "That conversation does not exist or is not yours." : `The conversation could not be loaded: ${error.message}`, "error");
     return;
@@ -265,6 +275,7 @@ instrumentation.streamedText = (messageId) => transcript.view(messageId)?.stream
 // -- actions -------------------------------------------------------------------------------
 
 async function send(text, attachments) {
+  await state.opened;
   if (!state.conversation) {
     const conversation = await api.post("/api/conversations", { title: titleFrom(text || attachments[0]?.filename || ""), model_profile: picker.forNewChat, instructions: instructions.pending || null });
     state.conversation = conversation;
