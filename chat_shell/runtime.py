@@ -184,6 +184,7 @@ class ChatShell:
                 replace(writer.provider, timeout_seconds=self.config.compaction.summary_timeout_seconds),
                 purpose="summary",
                 model_name=writer.name,
+                temperature=self.config.compaction.summary_temperature,
             )
             summarizer = self._summarizers[key] = ModelSummarizer(model)
         return summarizer
