@@ -5,6 +5,7 @@ the next turn."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,10 +114,15 @@ def test_the_model_is_chosen_at_new_chat_and_changed_between_turns(
     expect(page.locator(".msg.assistant").last).to_contain_text("House here.")
     assert [body["model"] for body in stack.provider.chat_requests] == ["qwen2.5-7b-instruct"]
     assert len(cloud.chat_requests) == 1
+    # Each reply names the model that wrote it, and when.
+    replies = page.locator(".msg.assistant")
+    expect(replies.locator(".msg-model")).to_have_text(["Cloud mini", "House model"])
+    expect(replies.last.locator(".msg-head time")).to_have_attribute("datetime", re.compile(r"^\d{4}-"))
 
     # The choice belongs to the conversation: a reload shows it, "new chat" starts at the default.
     page.reload()
     expect(picker).to_have_value("house")
+    expect(replies.locator(".msg-model")).to_have_text(["Cloud mini", "House model"])
     expect(meter).to_contain_text(_scale(client, "house"))
     page.get_by_role("button", name="New chat").click()
     expect(picker).to_have_value("house")

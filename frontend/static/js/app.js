@@ -42,6 +42,7 @@ const transcript = new Transcript({
   topSentinel: $("transcript-top"),
   olderStatus: $("older-status"),
   emptyState: $("empty-state"),
+  modelLabel: (id) => picker.info(id)?.label ?? id,
 });
 const sidebar = new Sidebar(
   { list: $("conversation-list"), scroller: $("conversation-scroller"), sentinel: $("conversation-more"), empty: $("conversation-empty"), search: $("conversation-search") },
