@@ -26,6 +26,7 @@ from backend.api.routes import (
     presets,
     prometheus,
     search,
+    shares,
     tools,
     turns,
 )
@@ -188,6 +189,7 @@ def create_app(settings: Settings | None = None, *, local_model: LocalModelServe
         models,
         presets,
         search,
+        shares,
         turns,
         attachments,
         tools,

@@ -12,6 +12,7 @@ import { copyText } from "./markdown.js";
 import { ContextMeter } from "./meter.js";
 import { ModelPicker } from "./model-picker.js";
 import { ModelView } from "./model-view.js";
+import { ShareDialog } from "./share-dialog.js";
 import { Sidebar } from "./sidebar.js";
 import { TurnStream } from "./stream.js";
 import { ToolsPanel } from "./tools-panel.js";
@@ -113,6 +114,7 @@ function showTitle(conversation) {
   document.title = `${title} · Chat Shell`;
   const exportable = Boolean(conversation);
   $("export-menu").hidden = !exportable;
+  $("share-button").hidden = !exportable;
   if (conversation?.id !== toolsPanel.conversationId) toolsPanel.show(conversation?.id ?? null);
   if (exportable) {
     $("export-md").href = `/api/conversations/${conversation.id}/export?format=md`;
@@ -416,6 +418,10 @@ document.addEventListener("keydown", (event) => {
     closeSidebar();
     $("sidebar-toggle").focus();
   }
+});
+
+$("share-button").addEventListener("click", () => {
+  if (state.conversation) new ShareDialog(state.conversation.id).show();
 });
 
 // The export menu closes once a format is chosen, on Escape, and on a click elsewhere.
