@@ -70,6 +70,16 @@ async def test_archived_leave_the_list_and_come_back(
         "archived"
     ] is False
     assert await _listed(alice) == [ids[3], ids[1], ids[0]]
+    # Archiving unpins; a pin asked for with the archive is not kept either.
+    await alice.patch(f"/api/conversations/{ids[1]}", json={"pinned": True})
+    archived = (await alice.patch(f"/api/conversations/{ids[1]}", json={"archived": True})).json()
+    assert archived["archived"] is True and archived["pinned"] is False
+    both = (await alice.patch(f"/api/conversations/{ids[1]}", json={"archived": True, "pinned": True})).json()
+    assert both["pinned"] is False
+    back = (
+        await alice.patch(f"/api/conversations/{ids[1]}", json={"archived": False, "pinned": True})
+    ).json()
+    assert back["archived"] is False and back["pinned"] is True
     assert (await bob.patch(f"/api/conversations/{ids[1]}", json={"archived": True})).status_code == 404
     assert await _listed(bob, archived="true") == []
     assert (await alice.patch(f"/api/conversations/{ids[1]}", json={"pinned": "maybe"})).status_code == 422

@@ -163,7 +163,8 @@ async def shown(db: AsyncSession, conversation: Conversation) -> ConversationOut
 def update(conversation: Conversation, changes: dict[str, str | bool | None], catalog: ModelCatalog) -> None:
     """Applies the fields a client sent (a title of None is no change; a model of None
     clears it, so the default model answers; another must be configured; blank instructions
-    clear them; `pinned` and `archived` set or clear their mark). None of them is activity:
+    clear them; `pinned` and `archived` set or clear their mark, and an archived one is
+    never pinned). None of them is activity:
     `updated_at`, and so the conversation's place in the list, stays."""
     if changes.get("model_profile") is not None:
         catalog.resolve(changes["model_profile"])
@@ -173,10 +174,13 @@ def update(conversation: Conversation, changes: dict[str, str | bool | None], ca
         conversation.model_profile = changes["model_profile"]
     if "instructions" in changes:
         conversation.instructions = _instructions(changes["instructions"])
-    for flag, column in (("pinned", "pinned_at"), ("archived", "archived_at")):
+    # Archiving unpins: an archived conversation is out of the list its pin orders.
+    for flag, column in (("archived", "archived_at"), ("pinned", "pinned_at")):
         wanted = changes.get(flag)
         if wanted is not None and wanted != (getattr(conversation, column) is not None):
             setattr(conversation, column, utcnow() if wanted else None)
+    if conversation.archived_at is not None:
+        conversation.pinned_at = None
 
 
 async def soft_delete(db: AsyncSession, conversation: Conversation) -> None:

@@ -13,6 +13,7 @@ import { ContextMeter } from "./meter.js";
 import { ModelPicker } from "./model-picker.js";
 import { ModelView } from "./model-view.js";
 import { Sidebar } from "./sidebar.js";
+import { UndoToast } from "./undo-toast.js";
 import { TurnStream } from "./stream.js";
 import { ToolsPanel } from "./tools-panel.js";
 import { Transcript } from "./transcript.js";
@@ -43,7 +44,15 @@ const transcript = new Transcript({
   emptyState: $("empty-state"),
 });
 const sidebar = new Sidebar(
-  { list: $("conversation-list"), scroller: $("conversation-scroller"), sentinel: $("conversation-more"), empty: $("conversation-empty"), search: $("conversation-search") },
+  {
+    list: $("conversation-list"),
+    scroller: $("conversation-scroller"),
+    sentinel: $("conversation-more"),
+    empty: $("conversation-empty"),
+    search: $("conversation-search"),
+    archivedToggle: $("archived-toggle"),
+  },
+  new UndoToast($("toast")),
   {
     open: (id) => navigate(id),
     deleted: (id) => {
