@@ -15,9 +15,10 @@ from sqlalchemy import update
 
 from backend.db import create_engine, session_factory
 from backend.models import Conversation
-from tests.frontend.actions import start
+from tests.frontend.actions import send, start, wait_finished
 from tests.frontend.conftest import SIZES, open_page, screenshot
 from tests.support.browser import Stack, run_off_loop
+from tests.support.scripted_provider import text
 
 pytestmark = pytest.mark.browser
 
@@ -44,6 +45,14 @@ def sidebar(page: Page) -> Locator:
         toggle.click()
         expect(panel).to_have_css("transform", "none")
     return panel
+
+
+def close_sidebar(page: Page) -> None:
+    """Closes the drawer on a phone (the sidebar stays on a desktop)."""
+    toggle = page.get_by_role("button", name="Show conversations")
+    if toggle.is_visible() and toggle.get_attribute("aria-expanded") == "true":
+        page.keyboard.press("Escape")
+        expect(page.locator("#sidebar")).not_to_be_in_viewport()
 
 
 def group(page: Page, name: str) -> Locator:
@@ -103,9 +112,21 @@ def test_date_groups_in_local_time_with_pinned_on_top(zoned: Page, stack: Stack,
     expect(page.get_by_role("list", name="Older", exact=True)).to_have_count(0)
     panel.get_by_role("button", name="Unpin “Pinned long ago”").click()
     expect(group(page, "Older")).to_have_text(["Pinned long ago"])
+
+    # Pinned while open, then sent to: it stays on top (the list's pin, not the page's older copy).
+    panel.locator(".conv", has_text="Three days ago").locator("a").click()
+    expect(page.locator("#conversation-title")).to_have_text("Three days ago")
+    sidebar(page).get_by_role("button", name="Pin “Three days ago”").click()
+    expect(group(page, "Pinned")).to_have_text(["Three days ago", "Last month"])
+    close_sidebar(page)
+    stack.provider.script(text("Noted."))
+    send(page, "Still on?")
+    wait_finished(page)
+    expect(group(page, "Pinned")).to_have_text(["Three days ago", "Last month"])
     page.reload()
-    expect(group(sidebar(page).page, "Pinned")).to_have_text(["Last month"])
-    assert listed(client)[0] == "Last month"
+    sidebar(page)
+    expect(group(page, "Pinned")).to_have_text(["Three days ago", "Last month"])
+    assert listed(client)[:2] == ["Three days ago", "Last month"]
 
 
 def test_archive_and_unarchive_from_the_archived_view(sized: Page, stack: Stack, username: str) -> None:

@@ -221,11 +221,16 @@ export class Sidebar {
     for (const { element } of this.items.values()) this.#markCurrent(element);
   }
 
-  // A conversation just changed (new, sent to, renamed, pinned): shown again where it now lists.
+  // A conversation just changed (new, sent to): shown again where it now lists. Its pin and
+  // archive marks are the list's own (they change here), newer than the app's copy.
   upsert(conversation) {
+    const known = this.items.get(conversation.id)?.conversation;
+    this.#replace(known ? { ...conversation, pinned: known.pinned, archived: known.archived } : conversation);
+  }
+
+  #replace(conversation) {
     this.#remove(conversation.id);
-    if (this.#belongs(conversation)) return this.#show(conversation);
-    return null;
+    return this.#belongs(conversation) ? this.#show(conversation) : null;
   }
 
   setRunning(id, running) {
@@ -259,7 +264,7 @@ export class Sidebar {
       this.toast.show(TEXT.changeFailed(error.message));
       return null;
     }
-    const shown = this.upsert({ ...known?.conversation, ...updated });
+    const shown = this.#replace({ ...known?.conversation, ...updated });
     shown?.querySelector(`[data-action="${changes.pinned ? "unpin" : "pin"}"]`)?.focus();
     return updated;
   }
@@ -287,7 +292,7 @@ export class Sidebar {
       if (!save || !title || title === known.conversation.title) return link.focus();
       try {
         const updated = await api.patch(`/api/conversations/${id}`, { title });
-        const shown = this.upsert({ ...known.conversation, ...updated });
+        const shown = this.#replace({ ...known.conversation, ...updated });
         shown?.querySelector(".conv-link").focus();
         this.hooks.renamed?.(updated);
       } catch (error) {
@@ -318,7 +323,7 @@ export class Sidebar {
       try {
         await deleting;
         const restored = await api.post(`/api/conversations/${id}/restore`);
-        this.upsert({ ...conversation, ...restored })?.querySelector(".conv-link").focus();
+        this.#replace({ ...conversation, ...restored })?.querySelector(".conv-link").focus();
         if (wasOpen) this.hooks.open(id);
       } catch (error) {
         this.toast.show(TEXT.restoreFailed(error.message));
@@ -327,7 +332,7 @@ export class Sidebar {
     try {
       await deleting;
     } catch (error) {
-      this.upsert(conversation);
+      this.#replace(conversation);
       if (wasOpen) this.hooks.open(id);
       this.toast.show(TEXT.deleteFailed(error.message));
     }
