@@ -128,6 +128,8 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("PATCH", CONV): owner_only(200, body=_json({"title": "renamed"})),
     ("DELETE", CONV): owner_only(204, target="fresh"),
     ("POST", f"{CONV}/fork"): owner_only(201, body=_json({"message_id": 2})),
+    # Undoes a delete: the owner's live conversation has none (test_conversations_pin_archive undoes one).
+    ("POST", f"{CONV}/restore"): owner_only(404),
     ("GET", f"{CONV}/messages"): owner_only(200),
     ("GET", f"{CONV}/export"): owner_only(200),
     ("GET", f"{CONV}/history"): owner_only(200),

@@ -72,9 +72,11 @@ def test_sidebar_pages_searches_renames_and_deletes(page: Page, stack: Stack, us
     assert client.get(f"/api/conversations/{renamed_id}").json()["title"] == "Gamma: the renamed trip"
     screenshot(page, "sidebar")
 
-    page.once("dialog", lambda dialog: dialog.accept())
-    items.filter(has_text="Gamma").get_by_role("button", name="Delete “Gamma: the renamed trip”").click()
+    # Deleting asks nothing: the conversation goes at once, with an Undo for a few seconds.
+    with page.expect_response(lambda response: response.request.method == "DELETE"):
+        items.filter(has_text="Gamma").get_by_role("button", name="Delete “Gamma: the renamed trip”").click()
     expect(page.locator(".conv-title", has_text="Gamma")).to_have_count(0)
+    expect(page.get_by_role("status").filter(has_text="Deleted “Gamma: the renamed trip”.")).to_be_visible()
     assert client.get(f"/api/conversations/{renamed_id}").status_code == 404
 
     # Opening a conversation from the list is client-side, and the URL is a deep link.

@@ -14,6 +14,7 @@ import { ModelPicker } from "./model-picker.js";
 import { ModelView } from "./model-view.js";
 import { ShareDialog } from "./share-dialog.js";
 import { Sidebar } from "./sidebar.js";
+import { UndoToast } from "./undo-toast.js";
 import { TurnStream } from "./stream.js";
 import { ToolsPanel } from "./tools-panel.js";
 import { Transcript } from "./transcript.js";
@@ -46,7 +47,15 @@ const transcript = new Transcript({
   modelLabel: (id) => picker.info(id)?.label ?? id,
 });
 const sidebar = new Sidebar(
-  { list: $("conversation-list"), scroller: $("conversation-scroller"), sentinel: $("conversation-more"), empty: $("conversation-empty"), search: $("conversation-search") },
+  {
+    list: $("conversation-list"),
+    scroller: $("conversation-scroller"),
+    sentinel: $("conversation-more"),
+    empty: $("conversation-empty"),
+    search: $("conversation-search"),
+    archivedToggle: $("archived-toggle"),
+  },
+  new UndoToast($("toast")),
   {
     open: (id) => navigate(id),
     deleted: (id) => {
