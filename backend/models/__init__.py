@@ -11,6 +11,7 @@ from backend.models.conversations import (
     Role,
 )
 from backend.models.rollups import CompactionHour, ConversationPressure, TurnHour
+from backend.models.shares import ShareLink
 from backend.models.turns import CompactionEvent, Turn, TurnEvent, TurnStatus
 from backend.models.users import ApiToken, AuditEvent, InviteCode, Session, User
 
@@ -31,6 +32,7 @@ __all__ = [
     "Preset",
     "Role",
     "Session",
+    "ShareLink",
     "Turn",
     "TurnEvent",
     "TurnHour",

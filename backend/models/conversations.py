@@ -37,6 +37,9 @@ class Conversation(Base):
     mcp_ask_first: Mapped[list[str] | None] = mapped_column(JsonDoc, nullable=True)
     # Soft delete: a deleted conversation disappears for its owner but forks keep their history.
     deleted_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # Pinned: listed before the others; archived: left out of the list unless asked for.
+    pinned_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    archived_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # The newest message of the version shown (`messages.id`; a fork without messages of its
     # own: the fork point's): every read of the conversation follows the path from it to the
     # root. No foreign key: messages already reference conversations, and the value only

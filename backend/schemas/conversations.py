@@ -15,6 +15,7 @@ from backend.models.base import MAX_INT
 # Result fields a user may see; `messages_chain` is the model-visible view and stays internal.
 USER_VISIBLE_RESULT_KEYS = (
     "value",
+    "model",
     "blocks",
     "context_metrics",
     "context_compactions",
@@ -55,6 +56,8 @@ class ConversationUpdate(BaseModel):
     model_profile: str | None = Field(default=None, max_length=100)
     # An empty or blank text clears them.
     instructions: str | None = Field(default=None, max_length=MAX_INSTRUCTIONS)
+    pinned: bool | None = None
+    archived: bool | None = None
 
     @field_validator("title")
     @classmethod
@@ -85,8 +88,15 @@ class ConversationOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     running_turn_id: int | None = None
+    pinned: bool = Field(default=False, validation_alias="pinned_at")
+    archived: bool = Field(default=False, validation_alias="archived_at")
     forked_from_conversation_id: int | None = Field(default=None, exclude=True)
     forked_from_message_id: int | None = Field(default=None, exclude=True)
+
+    @field_validator("pinned", "archived", mode="before")
+    @classmethod
+    def _stamped(cls, stamp: object) -> bool:
+        return stamp is not None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -129,17 +129,26 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("PATCH", CONV): owner_only(200, body=_json({"title": "renamed"})),
     ("DELETE", CONV): owner_only(204, target="fresh"),
     ("POST", f"{CONV}/fork"): owner_only(201, body=_json({"message_id": 2})),
+    # Undoes a delete: the owner's live conversation has none (test_conversations_pin_archive undoes one).
+    ("POST", f"{CONV}/restore"): owner_only(404),
     ("GET", f"{CONV}/messages"): owner_only(200),
     ("GET", f"{CONV}/export"): owner_only(200),
     ("GET", f"{CONV}/history"): owner_only(200),
     ("GET", f"{CONV}/context"): owner_only(200),
     ("GET", f"{CONV}/model-request"): owner_only(200),
+    ("GET", f"{CONV}/next-model-request"): owner_only(200),
     ("GET", f"{CONV}/messages/outline"): owner_only(200),
     ("GET", f"{CONV}/messages/{{message_id}}/text"): owner_only(200),
     ("GET", f"{CONV}/attachments/{{attachment_id}}"): owner_only(200),
     ("GET", f"{CONV}/attachments/{{attachment_id}}/text"): owner_only(200),
     ("GET", f"{CONV}/mcp-servers"): owner_only(200),
     ("PUT", f"{CONV}/mcp-servers"): owner_only(200, body=_json({"servers": []})),
+    # Share links: made and revoked by the owner; what a link shows is for anyone who has it.
+    ("POST", f"{CONV}/shares"): owner_only(201, body=_json({})),
+    ("GET", f"{CONV}/shares"): owner_only(200),
+    ("DELETE", "/api/shares/{share_token}"): owner_only(204, target="fresh"),
+    ("GET", "/api/shares/{share_token}"): everyone(200),
+    ("GET", "/s/{share_token}"): everyone(200),
     # Models, presets and search: each user's own (a preset of another is 404).
     ("GET", "/api/models"): signed_in(200),
     ("GET", "/api/search"): signed_in(200, example="/api/search?q=notes"),
@@ -203,6 +212,7 @@ class Objects:
     session_id: int  # another browser session of the owner
     user_id: int  # a bystander account (no role of the matrix)
     invite_id: int
+    share_token: str
 
 
 @dataclass
@@ -241,8 +251,17 @@ async def _objects(
     invite = await operator.post("/api/auth/invites", json={})
     assert invite.status_code == 201, invite.text
     invite_id = (await operator.get("/api/auth/invites")).json()[0]["id"]
+    share = (await owner.post(f"/api/conversations/{cid}/shares", json={})).json()
     return Objects(
-        cid, 1, attachment_id, token["id"], preset.json()["id"], session["id"], bystander["id"], invite_id
+        cid,
+        1,
+        attachment_id,
+        token["id"],
+        preset.json()["id"],
+        session["id"],
+        bystander["id"],
+        invite_id,
+        share["token"],
     )
 
 

@@ -39,8 +39,8 @@ MODULES = ROOT / "frontend" / "static" / "js"
 LOCALES = ROOT / "frontend" / "locale"
 # Swagger UI's page: its words are the bundled Swagger UI's, in English.
 NOT_PAGE_TEMPLATES = {"api_docs.html"}
-# Modules that show no words of their own (the API docs loader, Markdown, the charts' drawing).
-NO_WORDS = {"api-docs.js", "markdown.js", "instrumentation.js"}
+# Modules that show no words of their own (the API docs loader, the browser-side tracing).
+NO_WORDS = {"api-docs.js", "instrumentation.js"}
 PROPER_NAMES = {"Android", "Chrome", "Edge", "Firefox", "Linux", "Safari", "Windows", "iOS", "macOS"}
 JS_KEYWORDS = {"t": None, "tn": (1, 2)}
 
@@ -173,6 +173,8 @@ _SINK = re.compile(
     r"""|\bnew ApiError\([^,()]+,[^,()]+,\s*|\},\s*|\?\s*|\s:\s*|\breturn\s+|\|\|\s*|\?\?\s*)""" + _STRING
 )
 _ANY = re.compile(_STRING)
+# A media query is CSS, not words: `link.media = theme === "system" ? `(prefers-…)` : "all"`.
+_CSS = re.compile(r"\.media\s*=[^;]*;")
 # (not the arguments of the DOM's own calls: a header name, a drag-and-drop type)
 _LABEL = re.compile(r'(?:\b\w+:\s*|(?<!setRequestHeader)(?<!includes)\(\s*)"([A-Z][a-z][^"]*)"')
 # A phrase as the value of an object key: `"user.create": "created the account"`.
@@ -202,6 +204,7 @@ def _visible(text: str) -> bool:
 
 def module_literals(source: str) -> list[str]:
     source = _TRANSLATED.sub("t()", _COMMENT.sub("", source))
+    source = _CSS.sub("", source)
     found = [m.group(1)[1:-1] for m in _SINK.finditer(source) if _visible(m.group(1)[1:-1])]
     found += [m.group(1)[1:-1] for m in _ANY.finditer(source) if _SENTENCE.match(m.group(1)[1:-1])]
     found += [m.group(1) for m in _LABEL.finditer(source)]
@@ -217,7 +220,7 @@ def module_literals(source: str) -> list[str]:
             and sentence
             and "/" not in body
             and "-" not in body
-            and _TEMPLATE_WORDS.search(body)
+            and (_TEMPLATE_WORDS.search(body) or re.match(r"\s*[A-Z][a-z]+ ", body))
         ):
             found.append(text)
     return sorted(set(found) - PROPER_NAMES)

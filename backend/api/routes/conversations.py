@@ -39,8 +39,9 @@ async def list_conversations(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     q: Annotated[str | None, Query(max_length=200)] = None,
+    archived: Annotated[bool, Query(description="list the archived conversations instead")] = False,
 ) -> ConversationPage:
-    return await conversations.page(db, user, limit, cursor, q)
+    return await conversations.page(db, user, limit, cursor, q, archived)
 
 
 @router.get("/{conversation_id}", response_model=ConversationOut)
@@ -60,6 +61,12 @@ async def update_conversation(
 @router.delete("/{conversation_id}", status_code=status.HTTP_204_NO_CONTENT)
 async def delete_conversation(conversation_id: ConversationId, user: CurrentUser, db: Db) -> None:
     await conversations.soft_delete(db, await conversations.get_owned(db, user, conversation_id))
+
+
+@router.post("/{conversation_id}/restore", response_model=ConversationOut)
+async def restore_conversation(conversation_id: ConversationId, user: CurrentUser, db: Db) -> ConversationOut:
+    """Undoes a delete of the last few minutes (the sidebar's "Undo")."""
+    return await conversations.shown(db, await conversations.restore(db, user, conversation_id))
 
 
 @router.post("/{conversation_id}/fork", status_code=status.HTTP_201_CREATED, response_model=ConversationOut)

@@ -19,9 +19,10 @@ from fastapi.templating import Jinja2Templates
 from backend import i18n
 from backend.api.deps import SESSION_COOKIE, Db, app_context, local_model_of
 from backend.api.params import ConversationId
+from backend.api.routes.shares import ShareToken
 from backend.models import User
 from backend.services.errors import NotFound
-from backend.services.records import auth, conversations
+from backend.services.records import auth, conversations, shares
 
 FRONTEND = Path(__file__).resolve().parents[3] / "frontend"
 templates = Jinja2Templates(directory=FRONTEND / "templates")
@@ -77,6 +78,17 @@ async def conversation_page(conversation_id: ConversationId, request: Request, d
     except NotFound:
         return _page(request, "not_found.html", {"user": user}, status=404)
     return _chat(request, user, conversation_id)
+
+
+@router.get("/s/{share_token}", response_class=HTMLResponse)
+async def shared_page(share_token: ShareToken, request: Request, db: Db) -> Response:
+    """A shared conversation, read-only, for anyone with the link (no account needed)."""
+    try:
+        document = await shares.shared(db, share_token)
+    except NotFound:
+        missing = {"heading": "Share link not found", "detail": "It does not exist or was revoked."}
+        return _page(request, "not_found.html", missing, status=404)
+    return _page(request, "share.html", {"boot": document.model_dump(mode="json"), "title": document.title})
 
 
 async def _operators_only(request: Request, db: Db, template: str) -> Response:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import case, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.model_catalog import ModelCatalog
@@ -63,16 +63,19 @@ async def create(
     return conversation
 
 
-def _encode_cursor(updated_at: datetime, conversation_id: int) -> str:
-    return base64.urlsafe_b64encode(f"{updated_at.isoformat()}|{conversation_id}".encode()).decode()
+def _encode_cursor(conversation: Conversation) -> str:
+    pinned = int(conversation.pinned_at is not None)
+    key = f"{pinned}|{conversation.updated_at.isoformat()}|{conversation.id}"
+    return base64.urlsafe_b64encode(key.encode()).decode()
 
 
-def _decode_cursor(cursor: str) -> tuple[datetime, int]:
+def _decode_cursor(cursor: str) -> tuple[int, datetime, int]:
     try:
-        stamp, _, ident = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
+        pinned, _, rest = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
+        stamp, _, ident = rest.partition("|")
         conversation_id = ascii_decimal(ident, maximum=MAX_BIG_ID)
-        if conversation_id is not None:
-            return datetime.fromisoformat(stamp), conversation_id
+        if conversation_id is not None and pinned in ("0", "1"):
+            return int(pinned), datetime.fromisoformat(stamp), conversation_id
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
     raise Malformed("invalid_cursor", "the paging cursor is not valid")
@@ -83,24 +86,39 @@ def _escape_like(text: str) -> str:
 
 
 async def list_page(
-    db: AsyncSession, user: User, limit: int, cursor: str | None, query: str | None
+    db: AsyncSession,
+    user: User,
+    limit: int,
+    cursor: str | None,
+    query: str | None,
+    archived: bool = False,
 ) -> tuple[list[Conversation], str | None]:
-    """Newest first (by last activity), keyset-paged so deep pages cost what the first costs."""
-    stmt = select(Conversation).where(Conversation.owner_id == user.id, Conversation.deleted_at.is_(None))
+    """Pinned ones first, then newest first (by last activity), keyset-paged so deep pages cost
+    what the first costs; the archived ones instead of the others when `archived`."""
+    stmt = select(Conversation).where(
+        Conversation.owner_id == user.id,
+        Conversation.deleted_at.is_(None),
+        Conversation.archived_at.is_not(None) if archived else Conversation.archived_at.is_(None),
+    )
     if query:
         stmt = stmt.where(Conversation.title.ilike(f"%{_escape_like(query)}%", escape="\\"))
+    # The pin is the leading sort key, so the cursor carries it: a page boundary inside the
+    # pinned group continues there, one past it continues among the others.
+    pinned = case((Conversation.pinned_at.is_not(None), 1), else_=0)
     if cursor:
-        updated_at, ident = _decode_cursor(cursor)
-        # A row-value comparison lets both databases continue the index scan at the cursor.
-        stmt = stmt.where(tuple_(Conversation.updated_at, Conversation.id) < tuple_(updated_at, ident))
+        was_pinned, updated_at, ident = _decode_cursor(cursor)
+        stmt = stmt.where(
+            tuple_(pinned, Conversation.updated_at, Conversation.id)
+            < tuple_(literal(was_pinned), updated_at, ident)
+        )
     rows = list(
         await db.scalars(
-            stmt.order_by(Conversation.updated_at.desc(), Conversation.id.desc()).limit(limit + 1)
+            stmt.order_by(pinned.desc(), Conversation.updated_at.desc(), Conversation.id.desc()).limit(
+                limit + 1
+            )
         )
     )
-    next_cursor = (
-        _encode_cursor(rows[limit - 1].updated_at, rows[limit - 1].id) if len(rows) > limit else None
-    )
+    next_cursor = _encode_cursor(rows[limit - 1]) if len(rows) > limit else None
     return rows[:limit], next_cursor
 
 
@@ -127,9 +145,9 @@ async def running_turns_of(db: AsyncSession, owner_id: int) -> list[int]:
 
 
 async def page(
-    db: AsyncSession, user: User, limit: int, cursor: str | None, query: str | None
+    db: AsyncSession, user: User, limit: int, cursor: str | None, query: str | None, archived: bool = False
 ) -> ConversationPage:
-    rows, next_cursor = await list_page(db, user, limit, cursor, query)
+    rows, next_cursor = await list_page(db, user, limit, cursor, query, archived)
     running = await running_turns(db, [row.id for row in rows])
     return ConversationPage(
         items=[ConversationOut.of(row, running.get(row.id)) for row in rows], next_cursor=next_cursor
@@ -142,10 +160,12 @@ async def shown(db: AsyncSession, conversation: Conversation) -> ConversationOut
     return ConversationOut.of(conversation, running.get(conversation.id))
 
 
-def update(conversation: Conversation, changes: dict[str, str | None], catalog: ModelCatalog) -> None:
+def update(conversation: Conversation, changes: dict[str, str | bool | None], catalog: ModelCatalog) -> None:
     """Applies the fields a client sent (a title of None is no change; a model of None
     clears it, so the default model answers; another must be configured; blank instructions
-    clear them)."""
+    clear them; `pinned` and `archived` set or clear their mark, and an archived one is
+    never pinned). None of them is activity:
+    `updated_at`, and so the conversation's place in the list, stays."""
     if changes.get("model_profile") is not None:
         catalog.resolve(changes["model_profile"])
     if changes.get("title") is not None:
@@ -154,10 +174,38 @@ def update(conversation: Conversation, changes: dict[str, str | None], catalog: 
         conversation.model_profile = changes["model_profile"]
     if "instructions" in changes:
         conversation.instructions = _instructions(changes["instructions"])
+    # Archiving unpins: an archived conversation is out of the list its pin orders.
+    for flag, column in (("archived", "archived_at"), ("pinned", "pinned_at")):
+        wanted = changes.get(flag)
+        if wanted is not None and wanted != (getattr(conversation, column) is not None):
+            setattr(conversation, column, utcnow() if wanted else None)
+    if conversation.archived_at is not None:
+        conversation.pinned_at = None
 
 
 async def soft_delete(db: AsyncSession, conversation: Conversation) -> None:
     conversation.deleted_at = utcnow()
+
+
+# How long after a delete its undo still works; the browser offers it for a few seconds, the
+# rest is slack for a slow network.
+RESTORE_WINDOW = timedelta(minutes=5)
+
+
+async def restore(db: AsyncSession, user: User, conversation_id: int) -> Conversation:
+    """Undoes a delete of the last `RESTORE_WINDOW`; an older delete, or one of someone else's
+    conversations, is "not found"."""
+    conversation = await db.scalar(
+        select(Conversation).where(
+            Conversation.id == conversation_id,
+            Conversation.owner_id == user.id,
+            Conversation.deleted_at >= utcnow() - RESTORE_WINDOW,
+        )
+    )
+    if conversation is None:
+        raise NotFound.of("conversation")
+    conversation.deleted_at = None
+    return conversation
 
 
 async def fork(

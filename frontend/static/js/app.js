@@ -12,7 +12,9 @@ import { copyText } from "./markdown.js";
 import { ContextMeter } from "./meter.js";
 import { ModelPicker } from "./model-picker.js";
 import { ModelView } from "./model-view.js";
+import { ShareDialog } from "./share-dialog.js";
 import { Sidebar } from "./sidebar.js";
+import { UndoToast } from "./undo-toast.js";
 import { TurnStream } from "./stream.js";
 import { ToolsPanel } from "./tools-panel.js";
 import { Transcript } from "./transcript.js";
@@ -27,6 +29,7 @@ const state = {
   stream: null,
   streamingView: null,
   opening: 0, // increments per open(), so a slow response for an old conversation is dropped
+  opened: Promise.resolve(), // the latest open(): a send made while it loads waits for it
 };
 
 const meter = new ContextMeter($("context-meter"), () => {
@@ -42,9 +45,18 @@ const transcript = new Transcript({
   topSentinel: $("transcript-top"),
   olderStatus: $("older-status"),
   emptyState: $("empty-state"),
+  modelLabel: (id) => picker.info(id)?.label ?? id,
 });
 const sidebar = new Sidebar(
-  { list: $("conversation-list"), scroller: $("conversation-scroller"), sentinel: $("conversation-more"), empty: $("conversation-empty"), search: $("conversation-search") },
+  {
+    list: $("conversation-list"),
+    scroller: $("conversation-scroller"),
+    sentinel: $("conversation-more"),
+    empty: $("conversation-empty"),
+    search: $("conversation-search"),
+    archivedToggle: $("archived-toggle"),
+  },
+  new UndoToast($("toast")),
   {
     open: (id) => navigate(id),
     deleted: (id) => {
@@ -112,6 +124,7 @@ function showTitle(conversation) {
   document.title = t("{title} · Chat Shell", { title });
   const exportable = Boolean(conversation);
   $("export-menu").hidden = !exportable;
+  $("share-button").hidden = !exportable;
   if (conversation?.id !== toolsPanel.conversationId) toolsPanel.show(conversation?.id ?? null);
   if (exportable) {
     $("export-md").href = `/api/conversations/${conversation.id}/export?format=md`;
@@ -135,7 +148,14 @@ async function navigate(id, { replace = false } = {}) {
   await open(id);
 }
 
-async function open(id) {
+// Opening a conversation; a send waits for it, so a message typed right after a reload goes to
+// the conversation on screen, not to a new one.
+function open(id) {
+  state.opened = load(id);
+  return state.opened;
+}
+
+async function load(id) {
   const ticket = ++state.opening;
   closeStream();
   composer.withdrawQueued();
@@ -153,6 +173,8 @@ async function open(id) {
     return;
   }
   $("empty-state").hidden = true;
+  state.conversation = null;
+  picker.wait();
   let conversation;
   let page;
   try {
@@ -162,7 +184,7 @@ async function open(id) {
     ]);
   } catch (error) {
     if (ticket !== state.opening) return;
-    state.conversation = null;
+    picker.show(null);
     showTitle(null);
     composer.say(error.status === 404 ? t("That conversation does not exist or is not yours.") : t("The conversation could not be loaded: {message}", { message: error.message }), "error");
     return;
@@ -266,6 +288,7 @@ instrumentation.streamedText = (messageId) => transcript.view(messageId)?.stream
 // -- actions -------------------------------------------------------------------------------
 
 async function send(text, attachments) {
+  await state.opened;
   if (!state.conversation) {
     const conversation = await api.post("/api/conversations", { title: titleFrom(text || attachments[0]?.filename || ""), model_profile: picker.forNewChat, instructions: instructions.pending || null });
     state.conversation = conversation;
@@ -405,6 +428,10 @@ document.addEventListener("keydown", (event) => {
     closeSidebar();
     $("sidebar-toggle").focus();
   }
+});
+
+$("share-button").addEventListener("click", () => {
+  if (state.conversation) new ShareDialog(state.conversation.id).show();
 });
 
 // The export menu closes once a format is chosen, on Escape, and on a click elsewhere.

@@ -86,6 +86,10 @@ const ICONS = {
   trash: "M4 7h16M9 7V4h6v3M6 7l1 13h10l1-13",
   file: "M6 3h8l5 5v13H6zM14 3v5h5",
   branch: "M6 3v18M6 15c0-5 12-2 12-9M18 3v3",
+  pin: "M9 3h6l-1 7 4 4H6l4-4zM12 14v7",
+  unpin: "M9 3h6l-1 7 4 4H6l4-4zM12 14v7M3 3l18 18",
+  archive: "M3 4h18v4H3zM5 8v12h14V8M10 12h4",
+  unarchive: "M3 4h18v4H3zM5 8v12h14V8M12 18v-6M9 14l3-3 3 3",
 };
 
 // A stroked 24x24 icon; decorative unless the caller labels its button.

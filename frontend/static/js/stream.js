@@ -1,3 +1,4 @@
+import { t } from "./i18n.js";
 // Follows one turn over the resumable SSE stream and hands each event over exactly once.
 //
 // Every event id is `<turn_id>:<seq>` with seq 1, 2, ... without gaps. The browser's EventSource
