@@ -1,4 +1,3 @@
-import { t } from "./i18n.js";
 // The page's messages in its language (README "Languages"): the server renders the catalog of
 // `frontend/locale/<locale>` as JSON into every page (`<script id="i18n">`). Messages are keyed
 // by their English text and take named placeholders ("{name}"); a message the catalog lacks
