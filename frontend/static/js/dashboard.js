@@ -6,8 +6,16 @@ import { ApiError, api } from "./api.js";
 import { barList, timeChart } from "./dashboard-charts.js";
 import { formatDecimal, formatInt, formatPercent, formatTime, formatTokens, h } from "./format.js";
 import { t } from "./i18n.js";
+import { COMPACTION_STATUS } from "./meter.js";
 
 const WINDOWS = ["1h", "6h", "24h", "7d", "30d"];
+// The stored names, as the page says them (English keeps the names).
+const STRATEGIES = {
+  summary_compact: t("summary_compact"),
+  summary_ahead: t("summary_ahead"),
+  emergency_truncate: t("emergency_truncate"),
+  tail_drop: t("tail_drop"),
+};
 const SOURCES = {
   system: t("system"),
   overhead: t("overhead"),
@@ -151,8 +159,8 @@ async function drillDown(conversationId) {
         "tr",
         { dataset: { status: c.status } },
         h("td", {}, formatTime(c.created_at)),
-        h("td", {}, c.strategy),
-        h("td", {}, c.status),
+        h("td", {}, STRATEGIES[c.strategy] ?? c.strategy),
+        h("td", {}, COMPACTION_STATUS[c.status] ?? c.status),
         h("td", {}, `${formatTokens(c.before_tokens)} → ${formatTokens(c.after_tokens)}`),
         h("td", {}, formatTokens(c.tokens_saved)),
         h("td", {}, ms(c.duration_ms)),

@@ -25,12 +25,12 @@ const STATE_LABELS = {
   compacted: t("Earlier messages were summarized"),
   refused: t("The message does not fit the model's context"),
 };
-const COMPACTION_STATUS = {
+// A compaction's status as the page says it (the meter here, the dashboard's history).
+export const COMPACTION_STATUS = {
   started: t("started"),
   in_progress: t("in progress"),
   completed: t("completed"),
-  failed: t("failed"),
-  skipped: t("skipped"),
+  fallback: t("fallback"),
 };
 const COMPACTING = new Set(["started", "in_progress"]);
 
