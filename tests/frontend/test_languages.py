@@ -1,8 +1,8 @@
 """The page in the user's language (issue 24), in Chromium: a browser that asks for Chinese gets
 the chat page (meter and its breakdown, a compaction boundary, a refused message), the
-dashboard and the account page in Chinese with no English left; a language picked on the account
-page is the account's from the next page on, whatever the browser asks; plural forms follow the
-language ("1 other session" / "2 other sessions"; one form in Chinese)."""
+dashboard, the users page and the account page in Chinese with no English left; a language
+picked on the account page is the account's from the next page on, whatever the browser asks;
+plural forms follow the language ("1 other session" / "2 other sessions"; one form in Chinese)."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def test_the_chat_page_in_chinese(zh_page: Page, stack: Stack, username: str) ->
     screenshot(page, "chat-zh-CN")
 
 
-def test_the_dashboard_in_chinese(zh_page: Page, stack: Stack, username: str) -> None:
+def test_the_dashboard_and_the_users_page_in_chinese(zh_page: Page, stack: Stack, username: str) -> None:
     page = zh_page
     client = start(page, stack, username)
     run_off_loop(make_operator(stack.database_url, username))
@@ -189,6 +189,13 @@ def test_the_dashboard_in_chinese(zh_page: Page, stack: Stack, username: str) ->
     expect(page.locator("#drill-title")).to_have_text(re.compile(r"^对话 #\d+$"))
     assert_no_english(page)
     screenshot(page, "dashboard-zh-CN")
+
+    page.goto(f"{stack.base_url}/admin/users")
+    expect(page.locator("#users-admin")).to_have_attribute("data-loaded", "true")
+    row = page.locator(f'#users-table tr:has-text("{username}")')
+    expect(row.locator(".badge.operator")).to_have_text("运维")
+    expect(row.get_by_role("button", name=f"重置 {username} 的密码")).to_be_visible()
+    assert_no_english(page)
 
 
 def _other_browser(stack: Stack, username: str) -> httpx.Client:
