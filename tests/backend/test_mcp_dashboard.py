@@ -3,11 +3,16 @@ and duration percentiles, from turns that really call a stdio MCP server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
 
+from alembic import command
+from sqlalchemy import inspect
+
 from backend.app import create_app
+from backend.db import alembic_config, create_engine
 from backend.settings import Settings
 from tests.support.api import new_operator, signed_in
 from tests.support.mcp_servers import stdio_server
@@ -52,3 +57,20 @@ async def test_the_dashboard_counts_mcp_calls_per_tool_with_errors_timeouts_and_
     echo, hang = tools["ops_echo"], tools["ops_hang"]
     assert 0 < echo["duration_p50_ms"] <= echo["duration_p95_ms"] < 1_000
     assert 1_000 <= hang["duration_p50_ms"] < 5_000  # stopped at the 1 s call timeout
+
+
+async def _has_rollup(database_url: str) -> bool:
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as connection:
+            return await connection.run_sync(lambda c: inspect(c).has_table("mcp_tool_hours"))
+    finally:
+        await engine.dispose()
+
+
+async def test_migration_0016_adds_and_drops_the_mcp_rollup(database_url: str) -> None:
+    assert await _has_rollup(database_url)
+    await asyncio.to_thread(command.downgrade, alembic_config(database_url), "0015")
+    assert not await _has_rollup(database_url)
+    await asyncio.to_thread(command.upgrade, alembic_config(database_url), "head")
+    assert await _has_rollup(database_url)
