@@ -114,6 +114,7 @@ def create_app(settings: Settings | None = None, *, local_model: LocalModelServe
                 if settings.compaction_ahead and isinstance(runtime, ChatShell)
                 else None
             )
+            previewer = runtime if isinstance(runtime, ChatShell) else None
             if served is not None:
                 runtime = LocalModelRuntime(runtime, served)
             app.state.local_model = served
@@ -139,6 +140,7 @@ def create_app(settings: Settings | None = None, *, local_model: LocalModelServe
                 remote_access=_remote_access(settings, key),
                 limits=TurnLimits(settings.max_running_turns, settings.turn_max_seconds),
                 ahead=ahead,
+                previewer=previewer,
             )
             await runner.start()
             stack.push_async_callback(runner.stop)

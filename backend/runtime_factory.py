@@ -58,6 +58,7 @@ def runtime_config(settings: Settings, catalog: ModelCatalog | None = None) -> R
         tool_call_limit=settings.tool_call_limit,
         compaction=CompactionSettings(
             summary_timeout_seconds=settings.summary_timeout_seconds,
+            summary_temperature=settings.summary_temperature,
             heartbeat_seconds=settings.compaction_heartbeat_seconds,
         ),
         profile_overrides=catalog.profile_overrides(settings),

@@ -14,6 +14,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from backend.local_model.catalog import catalog_model
+from chat_shell.guard.stages.summary_compaction.settings import CompactionSettings
 from chat_shell.providers.profiles import check_overrides
 from chat_shell.tools.mcp_config import StdioServer, StreamableHttpServer, load_servers
 
@@ -54,6 +55,7 @@ class Settings(BaseSettings):
     local_model_startup_timeout_seconds: float = Field(default=120.0, gt=0)
     provider_timeout_seconds: float = Field(default=120.0, gt=0)
     summary_timeout_seconds: float = Field(default=120.0, gt=0)
+    summary_temperature: float = Field(default=CompactionSettings.summary_temperature, ge=0, le=2)
 
     # Summary compaction (SPEC 4, 5.3), for every model unless `profiles` says otherwise.
     compaction_enabled: bool = True

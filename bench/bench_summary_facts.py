@@ -3,7 +3,7 @@ LangChain's `SummarizationMiddleware` default prompt, on the same model and conv
 
     python -m bench.bench_summary_facts             # 4 conversations: 2 English, 2 Chinese
     python -m bench.bench_summary_facts --quick     # 2 conversations: 1 English, 1 Chinese
-    python -m bench.bench_summary_facts --count 8 --greedy
+    python -m bench.bench_summary_facts --count 8 --server-sampling
 
 The conversations (`tests/support/summary_facts.py`) plant one fact of each kind our summary
 prompt promises to keep (budget, date, count, prohibition, id, name, path) among chit-chat,
@@ -11,7 +11,8 @@ before a fact-free tail that compaction keeps. Ours is the guard's `SummaryCompa
 local model's profile budget (summary cap, chunking, the shortening pass when a summary is over
 its cap); LangChain's middleware keeps the same tail, so both summarize the same messages. Both
 call the same chat model, the one the runtime builds for summaries, on the product's default
-local model (`qwen2.5-coder-1.5b`), with the server's default sampling unless `--greedy`.
+local model (`qwen2.5-coder-1.5b`), at the product's summary temperature (greedy,
+`CHAT_SHELL_SUMMARY_TEMPERATURE`) unless `--server-sampling` asks for the server's default.
 
 Per conversation and per kind: the share of planted facts present in the summary, whether the
 summary is in the conversation's language (CJK share of its letters, planted ids and paths left
@@ -33,6 +34,7 @@ from backend.local_model.catalog import CATALOG, DEFAULT_MODEL
 from bench.common import row, verdict
 from chat_shell.accounting.budget import budget_for
 from chat_shell.accounting.token_counter import TokenCounter
+from chat_shell.guard.stages.summary_compaction.settings import CompactionSettings
 from tests.support.local_model import serving
 from tests.support.summary_facts import (
     KINDS,
@@ -47,6 +49,7 @@ from tests.support.summary_facts import (
 )
 
 SIDES = ("ours", "LangChain")
+PRODUCT_TEMPERATURE = CompactionSettings.summary_temperature
 
 
 def _row(label: str, *cells: object) -> None:
@@ -105,17 +108,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 conversations (1 English, 1 Chinese)")
     parser.add_argument("--count", type=int, help="conversations (alternating English, Chinese)")
-    parser.add_argument("--greedy", action="store_true", help="temperature 0 instead of the server's")
+    parser.add_argument(
+        "--server-sampling", action="store_true", help="the server's default sampling, not the product's"
+    )
     parser.add_argument("--show", action="store_true", help="print each summary")
     args = parser.parse_args()
     count = args.count or (2 if args.quick else 4)
     print(
         f"summary facts benchmark: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} "
         f"(the machine may be shared); {count} conversations, "
-        f"{'greedy' if args.greedy else 'server default sampling'}"
+        f"{'server default sampling' if args.server_sampling else f'temperature {PRODUCT_TEMPERATURE:g}'}"
     )
     started = time.perf_counter()
-    results = asyncio.run(measure(count, 0.0 if args.greedy else None, args.show))
+    results = asyncio.run(measure(count, None if args.server_sampling else PRODUCT_TEMPERATURE, args.show))
     elapsed = time.perf_counter() - started
     budget = budget_for(local_profile())
     counter = TokenCounter.for_profile(local_profile())

@@ -584,6 +584,39 @@ class AheadRequest(BaseModel):
     instructions: str | None = None
 
 
+class NextTurnQuery(BaseModel):
+    """What the next turn of a conversation would start from, so its request can be shown
+    before the user sends (issue 19): the history, prompts and MCP servers that turn gets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conversation_id: int
+    owner_id: int
+    history: list[ChainMessage]
+    model: str | None = None
+    system_prompt: str | None = None
+    instructions: str | None = None
+    mcp_servers: list[str] | None = None
+
+
+class NextTurnRequest(BaseModel):
+    """The request the next turn's first model call would send before its user message."""
+
+    request: ModelRequest
+    # The history alone reaches the trigger: the next turn summarizes it before the model call,
+    # so what it sends will be shorter than `request`.
+    summary_due: bool
+
+
+class NextTurnPreviewer(Protocol):
+    """A runtime that can show the next turn's request without running it (in-process chat_shell)."""
+
+    async def preview_next(self, query: NextTurnQuery) -> NextTurnRequest | None:
+        """The guard's stages over the next turn's start, without calling any model; None when
+        this runtime cannot tell (a service-mode host reads history per turn)."""
+        ...
+
+
 # Where a compaction made ahead of time reports its statuses (`started`, `in_progress`, ...).
 CompactionStatusSink = Callable[["ContextCompactionEvent"], None]
 

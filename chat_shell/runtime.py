@@ -35,14 +35,17 @@ from chat_shell.contracts import (
     ContextCompactionEvent,
     HistoryBrowser,
     McpServerInfo,
+    NextTurnQuery,
+    NextTurnRequest,
     TurnEvent,
     TurnFailed,
     TurnRequest,
     TurnResult,
     TurnStarted,
 )
-from chat_shell.guard.factory import build_ahead_guard, build_guard
+from chat_shell.guard.factory import build_ahead_guard, build_guard, build_preview_guard
 from chat_shell.guard.protocol import GuardContext, GuardFactory, Summarizer
+from chat_shell.guard.request_record import describe_request
 from chat_shell.guard.stages.records import FINAL_STATUSES
 from chat_shell.guard.stages.summary_compaction.settings import CompactionSettings
 from chat_shell.host import FixedHost, Host, TurnServices
@@ -181,6 +184,7 @@ class ChatShell:
                 replace(writer.provider, timeout_seconds=self.config.compaction.summary_timeout_seconds),
                 purpose="summary",
                 model_name=writer.name,
+                temperature=self.config.compaction.summary_temperature,
             )
             summarizer = self._summarizers[key] = ModelSummarizer(model)
         return summarizer
@@ -285,6 +289,41 @@ class ChatShell:
             return None
         count_compaction(instruments.profile_label(profile.name, self.config.model), final[-1].record)
         return final[-1]
+
+    async def preview_next(self, query: NextTurnQuery) -> NextTurnRequest | None:
+        """The request the conversation's next turn would send before its user message: the
+        same start, tools (built-in and the conversation's MCP servers) and source stages as
+        that turn's first model call, no model called. Package mode only, as `compact_ahead`."""
+        if not isinstance(self._host, FixedHost):
+            return None
+        model = query.model or self.config.model
+        if self.config.choice(model) is None:
+            return None
+        profile = self.profile(model)
+        counter = TokenCounter.for_profile(profile)
+        services = self._host.fixed
+        mcp_tools = await self.mcp.offer(query.mcp_servers) if self.mcp is not None else None
+        offered = AttemptTools(self.tools, can_browse_history=services.originals is not None, mcp=mcp_tools)
+        guard = build_preview_guard(
+            GuardContext(
+                profile=profile,
+                budget=budget_for(profile),
+                counter=counter,
+                conversation_id=query.conversation_id,
+                turn_id=0,
+                tools=offered.offer,
+                emit=lambda _: None,
+                attachments=services.attachments,
+            )
+        )
+        system_prompt = query.system_prompt or self.config.system_prompt
+        messages = ahead_messages(query.history, system_prompt, query.instructions)
+        shown, summary_due = await guard.preview(messages)
+        instructions = query.instructions
+        request = describe_request(
+            shown, offered.current, counter, attempt=1, instructions=instructions, with_input=False
+        )
+        return NextTurnRequest(request=request, summary_due=summary_due)
 
 
 async def _unknown_model(model: str, known: list[str]) -> AsyncIterator[TurnEvent]:

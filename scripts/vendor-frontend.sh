@@ -12,6 +12,8 @@ packages=(
   "dompurify@3.5.0"               # sanitizes that HTML
   "@highlightjs/cdn-assets@11.12.0"  # code highlighting (prebuilt ES module + themes)
   "uplot@1.6.32"                  # operators' dashboard charts
+  "katex@0.18.11"                 # math in replies (MathML output: no fonts, no inline styles)
+  "marked-katex-extension@5.1.13" # $...$ and $$...$$ in Markdown, rendered by KaTeX
 )
 (cd "$work" && npm init -y >/dev/null && npm install --silent --no-audit --no-fund "${packages[@]}")
 m="$work/node_modules"
@@ -23,7 +25,13 @@ cp "$m/@highlightjs/cdn-assets/styles/github.min.css" "$dest/highlight-light.css
 cp "$m/@highlightjs/cdn-assets/styles/github-dark.min.css" "$dest/highlight-dark.css"
 cp "$m/uplot/dist/uPlot.esm.js" "$dest/uPlot.esm.js"
 cp "$m/uplot/dist/uPlot.min.css" "$dest/uPlot.min.css"
+cp "$m/katex/dist/katex.mjs" "$dest/katex.mjs"
+# The extension imports the bare name `katex`; the page has no bundler or import map (the CSP
+# allows no inline script), so it is pointed at the vendored file.
+sed "s#from 'katex'#from './katex.mjs'#" "$m/marked-katex-extension/lib/index.esm.js" > "$dest/marked-katex.esm.js"
 cp "$m/marked/LICENSE" "$dest/licenses/marked.LICENSE"
+cp "$m/katex/LICENSE" "$dest/licenses/katex.LICENSE"
+cp "$m/marked-katex-extension/LICENSE" "$dest/licenses/marked-katex-extension.LICENSE"
 cp "$m/dompurify/LICENSE" "$dest/licenses/dompurify.LICENSE"
 cp "$m/@highlightjs/cdn-assets/LICENSE" "$dest/licenses/highlight.js.LICENSE"
 cp "$m/uplot/LICENSE" "$dest/licenses/uplot.LICENSE"

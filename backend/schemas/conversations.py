@@ -15,6 +15,7 @@ from backend.models.base import MAX_INT
 # Result fields a user may see; `messages_chain` is the model-visible view and stays internal.
 USER_VISIBLE_RESULT_KEYS = (
     "value",
+    "model",
     "blocks",
     "context_metrics",
     "context_compactions",

@@ -25,8 +25,10 @@ class ShownEntry(BaseModel):
 class ModelRequestView(BaseModel):
     conversation_id: int
     # sent: `entries` is the last request of the latest finished turn; no_model_call: that turn
-    # ended before calling the model (`note` says why); no_turns: nothing was sent yet.
-    state: Literal["sent", "no_model_call", "no_turns"]
+    # ended before calling the model (`note` says why); no_turns: nothing was sent yet; next:
+    # the request the next turn would send before the user's message; unavailable: that request
+    # cannot be shown here (`note` says why).
+    state: Literal["sent", "no_model_call", "no_turns", "next", "unavailable"]
     turn_id: int | None = None
     turn_status: str | None = None
     note: str | None = None
@@ -36,3 +38,5 @@ class ModelRequestView(BaseModel):
     entries: list[ShownEntry] = Field(default_factory=list)
     framing_tokens: int = 0
     total_tokens: int = 0
+    # With `next`: the history reaches the trigger, so the next turn summarizes it first.
+    summary_due: bool = False

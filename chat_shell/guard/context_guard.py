@@ -194,6 +194,15 @@ class UnifiedContextGuard:
         self._compactions.append(outcome.record)
         return outcome
 
+    async def preview(self, messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], bool]:
+        """What a turn starting from `messages` would send before its user message: the view
+        after the source stages, and whether its estimate reaches the trigger (the turn would
+        summarize first). Nothing is summarized, trimmed or emitted."""
+        self._account.sync(list(messages))
+        await self._sources.prepare(self._view)
+        self._sources.apply(self._view, {})
+        return list(self._view.shown), self._estimate().effective >= self.budget.trigger
+
     def _record(self, record: CompactionRecord) -> None:
         self._compactions.append(record)
         self._emit(ContextCompactionEvent(record=record))

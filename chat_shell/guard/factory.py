@@ -54,3 +54,8 @@ def build_ahead_guard(ctx: GuardContext, own_ids: frozenset[str]) -> UnifiedCont
     """The guard of a compaction ahead of time: the same stages and compactor as a turn's,
     recording `summary_ahead`; the finished turn's own messages (`own_ids`) are not cloned."""
     return _guard(ctx, summary_compactor(ctx, strategy="summary_ahead", own_ids=own_ids))
+
+
+def build_preview_guard(ctx: GuardContext) -> UnifiedContextGuard:
+    """The guard that shows the next turn's request: a turn's source stages, no summary stage."""
+    return _guard(ctx, None)

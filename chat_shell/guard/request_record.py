@@ -79,11 +79,13 @@ def describe_request(
     *,
     attempt: int,
     instructions: str | None = None,
+    with_input: bool = True,
 ) -> ModelRequest:
     """The request of one model call: `messages` as sent, then each tool definition (built-in
     and MCP) of `tools`, the set bound to the call. `instructions` are the conversation's, which
-    the system message carries after the operator's prompt."""
-    current = _latest_user(messages)
+    the system message carries after the operator's prompt. Without `with_input` (the next
+    turn's request before its message) no entry is the current input."""
+    current = _latest_user(messages) if with_input else None
     entries: list[RequestEntry] = []
     for index, message in enumerate(messages):
         tokens = counter.count_message(message).tokens

@@ -77,9 +77,11 @@ def create_chat_model(
     *,
     purpose: str = "answer",
     model_name: str | None = None,
+    temperature: float | None = None,
 ) -> TracedChatOpenAI:
     """A `ChatOpenAI` for `profile` against `config`'s endpoint, asking for `model_name` (the
-    provider's name of the model) or else the profile's name.
+    provider's name of the model) or else the profile's name; `temperature` None sends none (the
+    provider's default sampling).
 
     `stream_usage=True` always: with a custom `base_url` langchain-openai leaves it off, so no
     `stream_options` are sent and streamed responses carry no usage at all. With telemetry on,
@@ -93,6 +95,7 @@ def create_chat_model(
         timeout=config.timeout_seconds,
         max_retries=config.max_retries,
         max_tokens=profile.max_output_tokens,
+        temperature=temperature,
         stream_usage=True,
         # langchain-openai bounds each streamed chunk with `asyncio.wait_for`, which on Python
         # 3.11 loses a cancellation that lands as a chunk arrives (a stopped turn would then run

@@ -133,6 +133,7 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", f"{CONV}/history"): owner_only(200),
     ("GET", f"{CONV}/context"): owner_only(200),
     ("GET", f"{CONV}/model-request"): owner_only(200),
+    ("GET", f"{CONV}/next-model-request"): owner_only(200),
     ("GET", f"{CONV}/messages/outline"): owner_only(200),
     ("GET", f"{CONV}/messages/{{message_id}}/text"): owner_only(200),
     ("GET", f"{CONV}/attachments/{{attachment_id}}"): owner_only(200),

@@ -144,3 +144,34 @@ async def test_a_30_page_pdf_is_shown_as_the_preview_the_model_got(
         assert current["text"] == sent["content"]
         assert "PAGE-MARKER-001" in current["text"] and "PAGE-MARKER-015" not in current["text"]
         assert 0 < current["preview_tokens"] < current["tokens"]
+
+
+async def test_the_next_request_is_the_following_turns_request_without_its_message(
+    server: tuple[str, str], scripted_provider: ScriptedProvider
+) -> None:
+    base_url, _ = server
+    async with signed_in(base_url, "planner") as owner, signed_in(base_url, "nosy") as stranger:
+        cid = await new_conversation(owner)
+        scripted_provider.script(tool_call("generate_report", {"rows": 2}), text("Two rows."))
+        await ask(owner, cid, "A report, please.")
+        calls = len(scripted_provider.chat_requests)
+        response = await owner.get(f"/api/conversations/{cid}/next-model-request")
+        assert response.status_code == 200, response.text
+        upcoming = response.json()
+        assert len(scripted_provider.chat_requests) == calls  # shown without calling the model
+        assert upcoming["state"] == "next" and not upcoming["summary_due"]
+        assert "current_input" not in [e["source"] for e in upcoming["entries"]]
+        assert (await stranger.get(f"/api/conversations/{cid}/next-model-request")).status_code == 404
+
+        scripted_provider.script(text("Fine."))
+        await ask(owner, cid, "Thanks, and now?")
+        sent = await shown(owner, cid)
+
+    def described(entries: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(e["role"], e["source"], e["tokens"], e["text"], e["name"]) for e in entries]
+
+    # Entry for entry what the next turn sent, but for the message it was sent with.
+    (current,) = [e for e in sent["entries"] if e["source"] == "current_input"]
+    others = [e for e in sent["entries"] if e["source"] != "current_input"]
+    assert described(upcoming["entries"]) == described(others)
+    assert upcoming["total_tokens"] + current["tokens"] == sent["total_tokens"]

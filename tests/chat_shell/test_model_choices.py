@@ -95,3 +95,6 @@ async def test_a_model_with_another_summarizer_has_its_summaries_written_there(
     assert second_provider.summary_requests, "the summarizer model was never asked"
     assert {body["model"] for body in second_provider.summary_requests} == {"gpt-4o-mini"}
     assert second_provider.chat_requests == []
+    # Summaries are written greedily; the answers keep the provider's own sampling.
+    assert {body.get("temperature") for body in second_provider.summary_requests} == {0.0}
+    assert all("temperature" not in body for body in scripted_provider.chat_requests)

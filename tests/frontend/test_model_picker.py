@@ -5,12 +5,13 @@ the next turn."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.frontend.actions import conversation_id, send, start, wait_finished
 from tests.frontend.conftest import screenshot
@@ -71,6 +72,14 @@ def _scale(client: httpx.Client, model_id: str) -> str:
     return f"of {info['available_input']:,} input tokens; window {info['context_window']:,}"
 
 
+def _wait_saved(page: Page, cid: int, model_id: str) -> None:
+    """Until the server holds `model_id` as the conversation's model."""
+    page.wait_for_function(
+        "async ([cid, id]) => (await (await fetch(`/api/conversations/${cid}`)).json()).model_profile === id",
+        arg=[cid, model_id],
+    )
+
+
 def test_the_model_is_chosen_at_new_chat_and_changed_between_turns(
     page: Page, stack: Stack, cloud: ScriptedProvider, username: str
 ) -> None:
@@ -97,10 +106,7 @@ def test_the_model_is_chosen_at_new_chat_and_changed_between_turns(
     # Changed on the open conversation: saved at once, the meter shows the next model's window.
     picker.select_option(label="House model")
     expect(meter).to_contain_text(_scale(client, "house"))
-    page.wait_for_function(
-        "async (cid) => (await (await fetch(`/api/conversations/${cid}`)).json()).model_profile === 'house'",
-        arg=cid,
-    )
+    _wait_saved(page, cid, "house")
     screenshot(page, "model-picker-switched")
     stack.provider.script(text("House here."))
     send(page, "And now?")
@@ -108,13 +114,35 @@ def test_the_model_is_chosen_at_new_chat_and_changed_between_turns(
     expect(page.locator(".msg.assistant").last).to_contain_text("House here.")
     assert [body["model"] for body in stack.provider.chat_requests] == ["qwen2.5-7b-instruct"]
     assert len(cloud.chat_requests) == 1
+    # Each reply names the model that wrote it, and when.
+    replies = page.locator(".msg.assistant")
+    expect(replies.locator(".msg-model")).to_have_text(["Cloud mini", "House model"])
+    expect(replies.last.locator(".msg-head time")).to_have_attribute("datetime", re.compile(r"^\d{4}-"))
 
     # The choice belongs to the conversation: a reload shows it, "new chat" starts at the default.
     page.reload()
     expect(picker).to_have_value("house")
+    expect(replies.locator(".msg-model")).to_have_text(["Cloud mini", "House model"])
     expect(meter).to_contain_text(_scale(client, "house"))
     page.get_by_role("button", name="New chat").click()
     expect(picker).to_have_value("house")
+
+    # While the conversation loads the picker takes no choice: one made then would be the new
+    # chat's and be overwritten by the conversation's own when it arrives.
+    held: list[Route] = []
+
+    def hold_first(route: Route) -> None:
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(f"{stack.base_url}/api/conversations/{cid}", hold_first)
     page.goto(f"{stack.base_url}/c/{cid}")
+    expect(picker).to_be_disabled()
+    held[0].continue_()
+    expect(picker).to_be_enabled()
+    expect(picker).to_have_value("house")
     picker.select_option(label="Cloud mini")
     expect(meter).to_contain_text(_scale(client, "cloud-mini"))
+    _wait_saved(page, cid, "cloud-mini")

@@ -90,3 +90,45 @@ def test_the_chats_instructions_are_their_own_entry_in_the_model_view(
     expect(instructions).to_contain_text("This chat's instructions")
     total = dialog.locator(".model-view-total")
     expect(total).to_have_attribute("data-total", str(counted_as_sent(body)))
+
+
+def test_the_next_request_is_shown_before_the_send_and_is_what_the_next_turn_sends(
+    page: Page, stack: Stack, username: str
+) -> None:
+    start(page, stack, username)
+    stack.provider.script(tool_call("generate_report", {"rows": 2}), text("Two rows, both fine."))
+    send(page, "Make me a small report.")
+    wait_finished(page)
+    calls = len(stack.provider.chat_requests)
+
+    def entries_of(dialog: Locator) -> list[tuple[str | None, str | None, str]]:
+        entries = dialog.locator(".model-entry")
+        expect(entries.first).to_be_visible()
+        return [
+            (
+                entries.nth(i).get_attribute("data-source"),
+                entries.nth(i).get_attribute("data-tokens"),
+                entries.nth(i).locator(".model-entry-body").inner_text(),
+            )
+            for i in range(entries.count())
+        ]
+
+    dialog = open_model_view(page)
+    dialog.get_by_role("button", name="Next request").click()
+    expect(dialog.get_by_role("button", name="Next request")).to_have_attribute("aria-pressed", "true")
+    expect(dialog.locator(".model-view-total")).to_contain_text("before your next message")
+    upcoming = entries_of(dialog)
+    upcoming_total = int(dialog.locator(".model-view-total").get_attribute("data-total") or 0)
+    assert len(stack.provider.chat_requests) == calls  # no model was called to show it
+    screenshot(page, "model-view-next-request")
+    page.keyboard.press("Escape")
+
+    stack.provider.script(text("Fine."))
+    send(page, "Thanks, and now?")
+    wait_finished(page)
+    body = stack.provider.chat_requests[-1]
+    dialog = open_model_view(page)
+    sent = entries_of(dialog)
+    current = [entry for entry in sent if entry[0] == "current_input"]
+    assert [entry for entry in sent if entry[0] != "current_input"] == upcoming
+    assert upcoming_total + int(current[0][1] or 0) == counted_as_sent(body)

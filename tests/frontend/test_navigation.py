@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, Route, expect
 
-from tests.frontend.actions import composer, conversation_id, send, start, wait_finished
+from tests.frontend.actions import composer, conversation_id, send, start, stored, wait_finished
 from tests.frontend.conftest import screenshot
 from tests.support.browser import Stack, assistant, seed_conversation, user
 from tests.support.scripted_provider import text
@@ -106,6 +106,42 @@ def test_export_markdown_and_json_downloads(page: Page, stack: Stack, username: 
     document = json.loads(Path(as_json.value.path()).read_text())
     assert [m["role"] for m in document["messages"]] == ["user", "assistant"]
     assert document["conversation"]["id"] == conversation_id(page)
+
+
+def test_a_message_sent_while_the_conversation_still_loads_goes_to_that_conversation(
+    page: Page, stack: Stack, username: str
+) -> None:
+    """Typing right after a reload, before the messages have arrived, must not start a new chat."""
+    client = start(page, stack, username)
+    send(page, "First")
+    wait_finished(page)
+    cid = conversation_id(page)
+    held: list[Route] = []
+
+    def hold_first_page(route: Route) -> None:
+        if route.request.method == "GET" and not held:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route(
+        lambda url: url.startswith(f"{stack.base_url}/api/conversations/{cid}/messages?"), hold_first_page
+    )
+    page.reload()
+    composer(page).fill("Second")
+    composer(page).press("Enter")
+    for _ in range(100):
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held, "the page never asked for the conversation's messages"
+    page.wait_for_timeout(300)  # the send is pressed and waiting while the messages are held
+    held[0].continue_()
+    wait_finished(page)
+    expect(page.locator(".msg.user .msg-body")).to_have_text(["First", "Second"])
+    assert conversation_id(page) == cid
+    assert [m["content"] for m in stored(client, cid) if m["role"] == "user"] == ["First", "Second"]
+    assert [c["id"] for c in client.get("/api/conversations").json()["items"]] == [cid]
 
 
 def test_keyboard_only_chat(page: Page, stack: Stack, username: str) -> None:

@@ -9,6 +9,7 @@ from playwright.sync_api import Page, expect
 from tests.frontend.actions import send, start, wait_finished
 from tests.frontend.conftest import screenshot
 from tests.support.browser import Stack
+from tests.support.scripted_provider import text
 
 pytestmark = pytest.mark.browser
 
@@ -77,3 +78,33 @@ def test_titles_from_the_first_message_drop_markdown(page: Page, stack: Stack, u
     wait_finished(page)
     expect(page.locator("#conversation-title")).to_have_text("Plan a three-day trip to Kyoto")
     expect(page.locator(".conv").first).to_contain_text("Plan a three-day trip to Kyoto")
+
+
+MATH_REPLY = (
+    "The area is $\\pi r^2$, and in general\n\n$$\n\\int_0^1 x^2\\,dx = \\frac{1}{3}\n$$\n\n"
+    "It costs $5 and $10 at most; `$x$` in code stays code."
+)
+
+
+def test_math_in_a_reply_renders_as_math_and_dollar_amounts_stay_text(
+    sized: Page, stack: Stack, username: str
+) -> None:
+    page = sized
+    start(page, stack, username)
+    stack.provider.script(text(MATH_REPLY))
+    send(page, "What is the area of a circle?")
+    reply = wait_finished(page).locator(".msg-body")
+    inline = reply.locator("math:not([display=block])")
+    block = reply.locator("math[display=block]")
+    expect(inline).to_have_count(1)
+    expect(block).to_have_count(1)
+    # MathML the browser lays out (DOMPurify drops the TeX annotation KaTeX adds).
+    expect(inline.locator("msup")).to_have_count(1)
+    expect(inline.locator("mi").first).to_have_text("π")
+    expect(block.locator("mfrac")).to_have_count(1)
+    box = block.bounding_box()
+    assert box is not None and box["height"] > 20  # laid out as a display formula, not a raw line
+    expect(reply).to_contain_text("It costs $5 and $10 at most;")
+    expect(reply.locator("code")).to_have_text("$x$")
+    assert "$\\pi" not in reply.inner_text()
+    screenshot(page, "math-reply")

@@ -401,18 +401,22 @@ def local_profile(model_id: str = LOCAL_MODEL_NAME) -> ModelProfile:
 
 
 def summary_model(
-    base_url: str, profile: ModelProfile, budget: Budget, *, temperature: float | None = None
+    base_url: str,
+    profile: ModelProfile,
+    budget: Budget,
+    *,
+    temperature: float | None = CompactionSettings.summary_temperature,
 ) -> BaseChatModel:
     """The chat model the runtime gives summary compaction (`ChatShell.summarizer`): the turn
-    model's profile with room for twice the summary cap; `temperature` None keeps the server's
-    default sampling, as the product does."""
+    model's profile with room for twice the summary cap, at the product's summary temperature
+    unless told (None: the server's default sampling)."""
     writer = replace(profile, max_output_tokens=min(profile.max_output_tokens, 2 * budget.summary_max_tokens))
-    model = create_chat_model(
-        writer, ProviderConfig(base_url=base_url, timeout_seconds=SUMMARY_TIMEOUT_SECONDS), purpose="summary"
+    return create_chat_model(
+        writer,
+        ProviderConfig(base_url=base_url, timeout_seconds=SUMMARY_TIMEOUT_SECONDS),
+        purpose="summary",
+        temperature=temperature,
     )
-    if temperature is not None:
-        model = model.model_copy(update={"temperature": temperature})
-    return model
 
 
 class _Counted:

@@ -3,6 +3,7 @@
 - `GET .../history`: the model-visible history (SPEC 6.2), markers included.
 - `GET .../context`: what the model will see next turn, for the owner (never the transcript).
 - `GET .../model-request`: the latest turn's last model request as sent, for the owner.
+- `GET .../next-model-request`: the request the next turn would send, before the user sends.
 - `GET .../messages/outline`, `GET .../messages/{message_id}/text`: the user-visible record as
   the `list_history` / `read_message` tools read it.
 - `GET .../attachments/{attachment_id}` and `.../text`: an attachment of this conversation, as
@@ -113,6 +114,23 @@ async def model_request(
     conversation = await conversations.get_owned(db, user, conversation_id)
     operator_prompt = ctx.runner.system_prompt if user.is_operator else None
     return await model_requests.latest_request(db, conversation, operator_prompt=operator_prompt)
+
+
+@router.get("/{conversation_id}/next-model-request", response_model=ModelRequestView)
+async def next_model_request(
+    conversation_id: ConversationId, user: CurrentUser, db: Db, ctx: Ctx
+) -> ModelRequestView:
+    """The request the next turn would send before the user's message (the guard's stages run
+    over what it starts from, no model called), entry by entry like a sent one."""
+    conversation = await conversations.get_owned(db, user, conversation_id)
+    return await model_requests.next_request(
+        db,
+        conversation,
+        ctx.runner.previewer,
+        model=ctx.runner.model_for(conversation),
+        system_prompt=ctx.runner.system_prompt,
+        operator_prompt=ctx.runner.system_prompt if user.is_operator else None,
+    )
 
 
 @router.get("/{conversation_id}/messages/outline", response_model=OriginalsPage)

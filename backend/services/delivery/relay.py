@@ -128,7 +128,7 @@ class Relay:
             message = StoredMessage.model_validate(started.assistant_message).model_copy(
                 update={
                     "status": status.value,
-                    "result": user_visible(turns.result_document(result, error)),
+                    "result": user_visible(turns.result_document(result, error, self.model)),
                     "updated_at": now,
                 }
             )

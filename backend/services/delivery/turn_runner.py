@@ -33,7 +33,7 @@ from backend.services.delivery.stream_events import relayed
 from backend.services.errors import Conflict, Invalid, Unavailable
 from backend.services.records import attachments, conversations
 from backend.services.records.history import resolve_history
-from chat_shell.contracts import AttachmentRef, TurnRequest, TurnRuntime, UserInput
+from chat_shell.contracts import AttachmentRef, NextTurnPreviewer, TurnRequest, TurnRuntime, UserInput
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,7 @@ class TurnRunner:
         remote_access: CapabilityIssuer | None = None,
         limits: TurnLimits | None = None,
         ahead: AheadCompactions | None = None,
+        previewer: NextTurnPreviewer | None = None,
     ) -> None:
         self.runner_id = uuid.uuid4().hex
         self._limits = limits or TurnLimits()
@@ -118,6 +119,8 @@ class TurnRunner:
         self._jobs: dict[int, _Job] = {}
         # Compaction ahead of time: scheduled at turn end, awaited by the next turn that starts.
         self._ahead = ahead
+        # Shows the next turn's request before the send (None: chat_shell runs as its own service).
+        self.previewer = previewer
         self._maintenance: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

@@ -184,7 +184,7 @@ async def _begin(
         role=Role.ASSISTANT,
         status=MessageStatus.RUNNING,
         content="",
-        result={"value": "", "blocks": []},
+        result={"value": "", "blocks": [], "model": model_profile},
         parent_pk=question.id,
     )
     db.add(reply)
@@ -248,8 +248,11 @@ def _turn_running() -> Conflict:
 TURN_ROW_FIELDS = {"ttft_ms", "overflow_errors", "attempts", "requests"}
 
 
-def result_document(result: TurnResult, error: dict[str, str] | None = None) -> dict[str, Any]:
-    """The assistant message's `result` JSON (SPEC 3) from a finished turn."""
+def result_document(
+    result: TurnResult, error: dict[str, str] | None = None, model: str | None = None
+) -> dict[str, Any]:
+    """The assistant message's `result` JSON (SPEC 3) from a finished turn; `model` is the one
+    that wrote it (shown with the reply)."""
     # What the turn row holds (time to first token, overflows, attempts) stays off the message.
     document = result.model_dump(mode="json", exclude=TURN_ROW_FIELDS, exclude_none=True)
     document["messages_chain"] = [
@@ -258,6 +261,8 @@ def result_document(result: TurnResult, error: dict[str, str] | None = None) -> 
     ]
     if error:
         document["error"] = error
+    if model:
+        document["model"] = model
     return document
 
 
@@ -338,7 +343,7 @@ async def finish_turn(
     assert message is not None and turn is not None
     running = rollups.turn_row(turn)
     message.status = MessageStatus(status.value)
-    document = result_document(result, error)
+    document = result_document(result, error, turn.model_profile)
     if message.has_checkpoint and not has_summary(result.messages_chain):
         # The turn compacted, but its final state did not keep the checkpoint (it ended outside
         # the runtime, or a stop lost the graph state): the checkpoint stored when it was made

@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.models import Conversation, Turn, TurnStatus
 from backend.schemas.model_requests import ModelRequestView, ShownEntry
-from chat_shell.contracts import ModelRequest
+from backend.services.records.history import resolve_history
+from chat_shell.contracts import ModelRequest, NextTurnPreviewer, NextTurnQuery
 
 FORMAT_VERSION = 1
 NO_MODEL_CALL = "The latest turn ended before the model was called, so no request was sent."
+NO_PREVIEW = "The next turn's request can be shown only when chat_shell runs inside the backend."
 
 
 def text_hash(text: str) -> str:
@@ -95,14 +97,60 @@ async def latest_request(
             state="no_model_call",
             note=f"{NO_MODEL_CALL} ({reason})",
         )
+    return _view(conversation, document, operator_prompt, state="sent", turn=turn)
+
+
+async def next_request(
+    db: AsyncSession,
+    conversation: Conversation,
+    previewer: NextTurnPreviewer | None,
+    *,
+    model: str,
+    system_prompt: str | None,
+    operator_prompt: str | None,
+) -> ModelRequestView:
+    """The request the conversation's next turn would send before the user's message (the
+    guard's stages run, no model called), shown like a sent one."""
+    if previewer is None:
+        return ModelRequestView(conversation_id=conversation.id, state="unavailable", note=NO_PREVIEW)
+    resolved = await resolve_history(db, conversation)
+    preview = await previewer.preview_next(
+        NextTurnQuery(
+            conversation_id=conversation.id,
+            owner_id=conversation.owner_id,
+            history=resolved.messages,
+            model=model,
+            system_prompt=system_prompt,
+            instructions=conversation.instructions,
+            mcp_servers=conversation.mcp_servers,
+        )
+    )
+    if preview is None:
+        return ModelRequestView(conversation_id=conversation.id, state="unavailable", note=NO_PREVIEW)
+    document = compact([preview.request])
+    assert document is not None
+    view = _view(conversation, document, operator_prompt, state="next")
+    return view.model_copy(update={"summary_due": preview.summary_due})
+
+
+def _view(
+    conversation: Conversation,
+    document: dict[str, Any],
+    operator_prompt: str | None,
+    *,
+    state: Literal["sent", "next"],
+    turn: Turn | None = None,
+) -> ModelRequestView:
+    """The last call of a stored (compact) document, entry by entry."""
+    calls = document["calls"]
     last = calls[-1]
     texts = document.get("texts") or {}
     entries = [_shown(entry, texts, operator_prompt) for entry in last["entries"]]
     return ModelRequestView(
         conversation_id=conversation.id,
-        turn_id=turn.id,
-        turn_status=turn.status,
-        state="sent",
+        turn_id=turn.id if turn is not None else None,
+        turn_status=turn.status if turn is not None else None,
+        state=state,
         calls=len(calls),
         attempt=last["attempt"],
         entries=entries,

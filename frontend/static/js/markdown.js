@@ -1,12 +1,18 @@
-// Markdown rendering: marked for the syntax, DOMPurify for safety, highlight.js for code.
+// Markdown rendering: marked for the syntax, DOMPurify for safety, highlight.js for code, KaTeX
+// for math ($...$ inline, $$...$$ as a block) as MathML, which the browser lays out itself: no
+// fonts to load and no inline styles (the CSP allows none).
 // Streaming text renders incrementally: finished paragraphs are frozen once, and only the
 // unfinished tail is re-rendered per delta, so a long reply costs the same per token.
 import { Marked } from "../vendor/marked.esm.js";
 import DOMPurify from "../vendor/purify.es.mjs";
 import hljs from "../vendor/highlight.min.js";
+import markedKatex from "../vendor/marked-katex.esm.js";
 import { h } from "./format.js";
 
 const marked = new Marked({ gfm: true, breaks: false });
+// Invalid TeX is shown as its source, not an error; "$5 and $10" is no math (the extension
+// wants no space inside the dollars and one after the closing one).
+marked.use(markedKatex({ output: "mathml", throwOnError: false }));
 // Auto-detecting the language of long code is slow; such blocks stay plain.
 const AUTO_HIGHLIGHT_LIMIT = 4000;
 
@@ -18,7 +24,7 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
 });
 
 export function markdownToHtml(text) {
-  return DOMPurify.sanitize(marked.parse(text), { USE_PROFILES: { html: true } });
+  return DOMPurify.sanitize(marked.parse(text), { USE_PROFILES: { html: true, mathMl: true } });
 }
 
 function decorateCode(container, highlight) {

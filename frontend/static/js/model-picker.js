@@ -24,16 +24,24 @@ export class ModelPicker {
     this.default = data.default;
     this.select.replaceChildren(...this.models.map((m) => h("option", { value: m.id, text: m.label })));
     this.select.hidden = this.models.length < 2;
-    this.show(this.conversation);
+    if (!this.select.disabled) this.show(this.conversation);
   }
 
   info(id = this.select.value) {
     return this.models.find((m) => m.id === id) ?? null;
   }
 
+  // While a conversation loads: no choice, so none is made for the wrong conversation and then
+  // overwritten by the one that arrives.
+  wait() {
+    this.conversation = null;
+    this.select.disabled = true;
+  }
+
   // The model a conversation runs with (none: the server's default).
   show(conversation) {
     this.conversation = conversation;
+    this.select.disabled = false;
     this.select.value = conversation?.model_profile ?? this.default ?? "";
     this.onChange(this.info());
   }

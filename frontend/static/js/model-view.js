@@ -1,6 +1,7 @@
 // "What the model sees": the last model request of the conversation's latest turn, exactly as
 // it was sent (after every guard stage), entry by entry with its source and token count
-// (`GET /api/conversations/{id}/model-request`). The transcript is the user's view; this is the
+// (`GET /api/conversations/{id}/model-request`), and the request the next turn would send
+// before the user's message (`GET .../next-model-request`). The transcript is the user's view; this is the
 // other one (system prompt, the chat's instructions, tool definitions built-in and MCP, summary,
 // kept tail, previews, shortened outputs).
 import { api } from "./api.js";
@@ -47,16 +48,29 @@ function renderEntry(entry) {
   );
 }
 
+// The two requests the dialog shows: the last one sent, and the one the next turn would send.
+const VIEWS = {
+  sent: { label: "Last request", path: "model-request", lead: "The last request sent to the model, exactly as sent. Your transcript keeps every original message." },
+  next: { label: "Next request", path: "next-model-request", lead: "What the next turn would send before your message: the same guard stages, no model called." },
+};
+
 export class ModelView {
   constructor(conversationId) {
     this.conversationId = conversationId;
     this.body = h("div", { class: "model-view-body", "aria-live": "polite" });
+    this.lead = h("p", { class: "muted small" });
+    this.tabs = Object.entries(VIEWS).map(([name, view]) => {
+      const tab = h("button", { type: "button", class: "btn ghost model-view-tab", "aria-pressed": "false", dataset: { view: name }, text: view.label });
+      tab.addEventListener("click", () => this.load(name));
+      return tab;
+    });
     const close = h("button", { type: "button", class: "btn ghost", text: "Close" });
     this.dialog = h(
       "dialog",
       { class: "model-view", "aria-labelledby": "model-view-title" },
       h("div", { class: "model-view-head" }, h("h2", { id: "model-view-title", text: "What the model sees" }), close),
-      h("p", { class: "muted small", text: "The last request sent to the model, exactly as sent. Your transcript keeps every original message." }),
+      h("div", { class: "model-view-tabs", role: "group", "aria-label": "Which request" }, ...this.tabs),
+      this.lead,
       this.body,
     );
     close.addEventListener("click", () => this.dialog.close());
@@ -66,25 +80,43 @@ export class ModelView {
 
   async show() {
     this.dialog.showModal();
+    await this.load("sent");
+  }
+
+  async load(name) {
+    const view = VIEWS[name];
+    this.shown = name;
+    for (const tab of this.tabs) tab.setAttribute("aria-pressed", String(tab.dataset.view === name));
+    this.lead.textContent = view.lead;
     this.body.replaceChildren(h("p", { class: "muted", text: "Loading…" }));
     let data;
     try {
-      data = await api.get(`/api/conversations/${this.conversationId}/model-request`);
+      data = await api.get(`/api/conversations/${this.conversationId}/${view.path}`);
     } catch (error) {
+      if (this.shown !== name) return;
       this.body.replaceChildren(h("p", { class: "model-view-error", role: "alert", text: `The model's request could not be loaded: ${error.message}` }));
       return;
     }
+    if (this.shown !== name) return;
+    this.render(data);
+  }
+
+  render(data) {
     if (data.state === "no_turns") {
       this.body.replaceChildren(h("p", { class: "muted model-view-note", text: "Nothing has been sent to the model in this conversation yet." }));
       return;
     }
-    if (data.state === "no_model_call") {
+    if (data.state === "no_model_call" || data.state === "unavailable") {
       this.body.replaceChildren(h("p", { class: "model-view-note", role: "status", text: data.note }));
       return;
     }
-    const calls = data.calls > 1 ? ` (call ${data.calls} of ${data.calls} in the latest turn)` : " (the latest turn)";
+    let where;
+    if (data.state === "next") where = " (before your next message)";
+    else where = data.calls > 1 ? ` (call ${data.calls} of ${data.calls} in the latest turn)` : " (the latest turn)";
     const total = h("p", { class: "small model-view-total", "data-total": String(data.total_tokens) },
-      `${formatInt(data.total_tokens)} tokens in this request${calls}, ${formatInt(data.framing_tokens)} of them framing.`);
-    this.body.replaceChildren(total, h("ol", { class: "model-entries" }, data.entries.map(renderEntry)));
+      `${formatInt(data.total_tokens)} tokens in this request${where}, ${formatInt(data.framing_tokens)} of them framing.`);
+    const parts = [total];
+    if (data.summary_due) parts.push(h("p", { class: "model-view-note", role: "status", text: "This history reaches the summary trigger: the next turn summarizes the older messages before it calls the model, so it will send less than this." }));
+    this.body.replaceChildren(...parts, h("ol", { class: "model-entries" }, data.entries.map(renderEntry)));
   }
 }

@@ -265,14 +265,24 @@ class UserView {
 }
 
 class AssistantView {
-  constructor(message) {
+  // modelLabel(id): the name the page shows for a model id (the picker's label).
+  constructor(message, modelLabel) {
     this.message = message;
+    this.modelLabel = modelLabel;
     this.blocks = h("div", { class: "msg-body" });
     this.note = h("p", { class: "msg-note", hidden: true });
+    this.model = h("span", { class: "msg-model muted small" });
     this.element = h(
       "article",
       { class: "msg assistant", dataset: { messageId: message.message_id, role: "assistant" }, "aria-label": "Assistant" },
-      h("div", { class: "msg-head" }, h("span", { class: "who", text: "Assistant" }), h("span", { class: "typing", "aria-hidden": "true" }, h("i"), h("i"), h("i"))),
+      h(
+        "div",
+        { class: "msg-head" },
+        h("span", { class: "who", text: "Assistant" }),
+        h("span", { class: "typing", "aria-hidden": "true" }, h("i"), h("i"), h("i")),
+        this.model,
+        h("time", { datetime: message.created_at, text: formatTime(message.created_at) }),
+      ),
       this.blocks,
       this.note,
       messageActions(message, "copy", "regenerate"),
@@ -301,6 +311,8 @@ class AssistantView {
     this.message = message;
     this.setStatus(message.status);
     const result = message.result ?? {};
+    this.model.textContent = result.model ? this.modelLabel(result.model) : "";
+    this.model.hidden = !result.model;
     const children = [];
     for (const block of result.blocks ?? []) {
       if (block.type === "tool") children.push(toolElement(block));
@@ -395,7 +407,8 @@ class AssistantView {
 }
 
 export class Transcript {
-  constructor({ scroller, list, topSentinel, olderStatus, emptyState }) {
+  constructor({ scroller, list, topSentinel, olderStatus, emptyState, modelLabel }) {
+    this.modelLabel = modelLabel;
     this.scroller = scroller;
     this.list = list;
     this.olderStatus = olderStatus;
@@ -444,7 +457,7 @@ export class Transcript {
     const fragment = document.createDocumentFragment();
     const made = [];
     for (const message of messages) {
-      const view = message.role === "user" ? new UserView(message) : new AssistantView(message);
+      const view = message.role === "user" ? new UserView(message) : new AssistantView(message, this.modelLabel);
       this.views.set(message.message_id, view);
       fragment.append(view.element);
       made.push(view);

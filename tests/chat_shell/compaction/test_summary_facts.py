@@ -39,7 +39,7 @@ async def test_the_summary_keeps_the_planted_facts_in_the_conversations_language
     budget = budget_for(profile)
     planted = conversation(0)
     async with serving(model, tmp_path / "server.log") as server:
-        chat = summary_model(server.base_url, profile, budget, temperature=0.0)
+        chat = summary_model(server.base_url, profile, budget)
         summary = await summarize_ours(chat, profile, planted)
     kept = {fact.kind for fact in summary.kept(planted)}
     assert len(kept) >= MIN_FACTS_KEPT, (sorted(kept), summary.text)
