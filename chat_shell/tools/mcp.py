@@ -24,7 +24,8 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -46,10 +47,36 @@ logger = logging.getLogger("chat_shell.mcp")
 
 ServerStatus = Literal["connecting", "available", "unavailable"]
 CallOutcome = Literal["ok", "error", "timeout", "unavailable", "cancelled"]
+# The tool message metadata key under which a call's `CallRecord` travels to its tool event.
+CALL_RECORD_KEY = "mcp_call"
 # The tool metadata key that names a tool's MCP server (spans and metrics read it).
 SERVER_KEY = "mcp_server"
 _LOST = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
 _NO_TOOLS = ToolSet((), ())
+
+
+@dataclass
+class CallRecord:
+    """How one MCP call ended, filled by the call itself (the operators' dashboard stores it)."""
+
+    outcome: CallOutcome | None = None
+    duration_ms: float | None = None
+
+
+# A mutable record rather than a value: LangChain runs a tool in a copy of the caller's context,
+# so the call can fill the caller's record but not set a variable the caller would see.
+_recording: ContextVar[CallRecord | None] = ContextVar("mcp_call_record", default=None)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[CallRecord]:
+    """The record of the MCP call made within (left empty when none was made)."""
+    record = CallRecord()
+    token = _recording.set(record)
+    try:
+        yield record
+    finally:
+        _recording.reset(token)
 
 
 def server_of(tool: BaseTool) -> str | None:
@@ -246,6 +273,8 @@ class McpServer:
 def _count(server: str, tool: str, outcome: CallOutcome, duration_ms: float | None) -> None:
     labels = {"mcp_server": server, "tool": tool}
     instruments.mcp_tool_calls.add(1, {**labels, "outcome": outcome})
+    if (record := _recording.get()) is not None:
+        record.outcome, record.duration_ms = outcome, duration_ms
     if duration_ms is not None:
         instruments.mcp_tool_duration.record(duration_ms, labels)
 

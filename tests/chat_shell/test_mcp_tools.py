@@ -372,7 +372,15 @@ async def test_calls_are_counted_per_server_tool_and_outcome_timed_and_traced_wi
         ScriptedToolCall(name=f"obs_{name}", args={"text": "x"} if name == "echo" else {}) for name in names
     ]
     scripted_provider.script(*(Reply(tool_calls=[call]) for call in calls), text("done"))
-    await collect(shell, make_request(301, "use them"))
+    events = await collect(shell, make_request(301, "use them"))
+    ended = [(e.name, e.mcp_outcome) for e in _completed(events)]
+    assert ended == [
+        ("obs_echo", "ok"),
+        ("obs_echo", "ok"),
+        ("obs_explode", "error"),
+        ("obs_hang", "timeout"),
+    ]
+    assert all(e.duration_ms is not None and e.duration_ms > 0 for e in _completed(events))
 
     def delta(tool: str, outcome: str) -> float:
         now = telemetry.total(
