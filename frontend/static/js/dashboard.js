@@ -204,7 +204,6 @@ $("window-picker").addEventListener("click", (event) => {
   history.replaceState(null, "", `?window=${current}`);
   $("dashboard").dataset.loaded = "false";
   load();
-if (linked) drillDown(linked);
 });
 $("refresh").addEventListener("click", () => load());
 $("drill-close").addEventListener("click", () => {
