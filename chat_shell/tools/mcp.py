@@ -53,6 +53,8 @@ CALL_RECORD_KEY = "mcp_call"
 SERVER_KEY = "mcp_server"
 _LOST = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
 _NO_TOOLS = ToolSet((), ())
+# How long `aclose` waits for the supervisor to end before cancelling it again.
+CLOSE_RETRY_SECONDS = 1.0
 
 
 @dataclass
@@ -119,6 +121,7 @@ class McpServer:
         self._wake = asyncio.Event()
         self._changed = False
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     # -- state -----------------------------------------------------------------------------
 
@@ -153,17 +156,21 @@ class McpServer:
                 await self._settled.wait()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._closing = True
+        task, self._task = self._task, None
+        # A cancel that lands while the SDK's stdio client is still starting can come out of it
+        # as a broken stream rather than a cancellation, and be swallowed: cancel until it ends.
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=CLOSE_RETRY_SECONDS)
 
     async def _supervise(self) -> None:
-        while True:
+        while not self._closing:
             try:
                 await self._serve()
             except Exception as exc:
+                if self._closing:
+                    return
                 self._mark_unavailable(exc)
             self._settled.set()
             await asyncio.sleep(self.config.reconnect_seconds)
