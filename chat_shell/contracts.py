@@ -394,6 +394,10 @@ class ToolCompleted(BaseModel):
     output: str
     is_error: bool = False
     truncated_for_model: bool = False
+    # An MCP call that reached its server's client: how it ended and how long it ran (None
+    # for built-in tools and for calls that never ran, e.g. denied).
+    mcp_outcome: Literal["ok", "error", "timeout", "unavailable", "cancelled"] | None = None
+    duration_ms: float | None = None
 
 
 class ApprovalRequested(BaseModel):

@@ -10,7 +10,7 @@ from backend.models.conversations import (
     Preset,
     Role,
 )
-from backend.models.rollups import CompactionHour, ConversationPressure, TurnHour
+from backend.models.rollups import CompactionHour, ConversationPressure, McpToolHour, TurnHour
 from backend.models.shares import ShareLink
 from backend.models.turns import CompactionEvent, Turn, TurnEvent, TurnStatus
 from backend.models.users import ApiToken, AuditEvent, InviteCode, Session, User
@@ -27,6 +27,7 @@ __all__ = [
     "Conversation",
     "ConversationPressure",
     "InviteCode",
+    "McpToolHour",
     "Message",
     "MessageStatus",
     "Preset",

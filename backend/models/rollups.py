@@ -6,7 +6,9 @@ value), holding the same sums, counts and extremes the dashboard computes from t
 Written at the end of the transaction that starts or finishes a turn or records a compaction
 (`services.dashboard.rollups`), so windows made of whole hours read a few thousand rows instead
 of every turn. `conversation_pressure` keeps each conversation's latest measured turn the same
-way, for the table of conversations under the most pressure.
+way, for the table of conversations under the most pressure. `mcp_tool_hours` counts MCP
+tool calls per hour x server x tool x duration bin (the calls themselves are stored nowhere else
+in a form SQL can group: their outputs live in the message's blocks).
 """
 
 from __future__ import annotations
@@ -52,6 +54,20 @@ class CompactionHour(Base):
     retention_sum: Mapped[float] = mapped_column(Float, default=0.0)
     retention_count: Mapped[int] = mapped_column(Integer, default=0)
     retention_min: Mapped[float | None] = mapped_column(Float, nullable=True)
+    duration_min: Mapped[float | None] = mapped_column(Float, nullable=True)
+    duration_max: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class McpToolHour(Base):
+    __tablename__ = "mcp_tool_hours"
+
+    hour: Mapped[int] = mapped_column(Integer, primary_key=True)
+    server: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tool: Mapped[str] = mapped_column(String(200), primary_key=True)
+    duration_bin: Mapped[int] = mapped_column(Integer, primary_key=True)
+    calls: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    timeouts: Mapped[int] = mapped_column(Integer, default=0)
     duration_min: Mapped[float | None] = mapped_column(Float, nullable=True)
     duration_max: Mapped[float | None] = mapped_column(Float, nullable=True)
 

@@ -42,6 +42,18 @@ class StrategyTotals(BaseModel):
     retention_avg: float | None
 
 
+class McpToolTotals(BaseModel):
+    """One MCP tool's calls over the window's hours (`errors` include a server gone mid-call)."""
+
+    server: str
+    tool: str
+    calls: int
+    errors: int
+    timeouts: int
+    duration_p50_ms: float | None
+    duration_p95_ms: float | None
+
+
 class TurnPoint(BaseModel):
     """One time bucket of turns; an empty bucket holds zeros and nulls."""
 
@@ -94,6 +106,7 @@ class Summary(BaseModel):
     turns: list[TurnPoint]
     compactions: list[CompactionPoint]
     pressure: list[PressureRow]
+    mcp_tools: list[McpToolTotals]
 
 
 class TurnPressure(BaseModel):

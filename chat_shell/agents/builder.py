@@ -34,7 +34,7 @@ from langgraph.types import Command
 
 from chat_shell.contracts import ApprovalDecided, ApprovalRequested, ToolStarted
 from chat_shell.tools.approvals import TurnApprovals, denied_message
-from chat_shell.tools.mcp import server_of
+from chat_shell.tools.mcp import CALL_RECORD_KEY, recording, server_of
 from chat_shell.tools.registry import AttemptTools, tool_error_message
 from chat_shell.tools.turn_tools import TurnTools
 
@@ -162,7 +162,16 @@ async def _announce_tool_call(
                 denied_message(call["name"]), name=call["name"], tool_call_id=call_id, status="error"
             )
     # The turn's MCP tools are not in the tool node (they come and go with their servers).
-    return text_result(await execute(request if request.tool is not None else request.override(tool=tool)))
+    with recording() as record:
+        result = text_result(
+            await execute(request if request.tool is not None else request.override(tool=tool))
+        )
+    if isinstance(result, ToolMessage) and record.outcome is not None:
+        measured = {"outcome": record.outcome, "duration_ms": record.duration_ms}
+        result = result.model_copy(
+            update={"response_metadata": {**result.response_metadata, CALL_RECORD_KEY: measured}}
+        )
+    return result
 
 
 def _offered_model(model: BaseChatModel, *, answer_only: bool) -> Callable[..., Runnable[Any, BaseMessage]]:

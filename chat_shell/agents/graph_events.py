@@ -24,6 +24,7 @@ from chat_shell.contracts import Block, MessageDelta, ToolBlock, ToolCompleted, 
 from chat_shell.events.fold import VisibleTurn
 from chat_shell.messages.convert import tool_output_text
 from chat_shell.messages.markers import is_compacted
+from chat_shell.tools.mcp import CALL_RECORD_KEY
 
 ANSWERING_NODE = "agent"
 _NO_EVENTS: tuple[TurnEvent, ...] = ()
@@ -119,12 +120,15 @@ class GraphEvents:
         message = self._pending.pop(call_id)
         block = self.visible.tool(call_id)
         assert block is not None
+        measured = message.response_metadata.get(CALL_RECORD_KEY) or {}
         event = ToolCompleted(
             call_id=call_id,
             name=block.name,
             output=tool_output_text(message.content),
             is_error=message.status == "error",
             truncated_for_model=truncated,
+            mcp_outcome=measured.get("outcome"),
+            duration_ms=measured.get("duration_ms"),
         )
         self.visible.add(event)
         return event

@@ -24,7 +24,8 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -46,10 +47,38 @@ logger = logging.getLogger("chat_shell.mcp")
 
 ServerStatus = Literal["connecting", "available", "unavailable"]
 CallOutcome = Literal["ok", "error", "timeout", "unavailable", "cancelled"]
+# The tool message metadata key under which a call's `CallRecord` travels to its tool event.
+CALL_RECORD_KEY = "mcp_call"
 # The tool metadata key that names a tool's MCP server (spans and metrics read it).
 SERVER_KEY = "mcp_server"
 _LOST = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
 _NO_TOOLS = ToolSet((), ())
+# How long `aclose` waits for the supervisor to end before cancelling it again.
+CLOSE_RETRY_SECONDS = 1.0
+
+
+@dataclass
+class CallRecord:
+    """How one MCP call ended, filled by the call itself (the operators' dashboard stores it)."""
+
+    outcome: CallOutcome | None = None
+    duration_ms: float | None = None
+
+
+# A mutable record rather than a value: LangChain runs a tool in a copy of the caller's context,
+# so the call can fill the caller's record but not set a variable the caller would see.
+_recording: ContextVar[CallRecord | None] = ContextVar("mcp_call_record", default=None)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[CallRecord]:
+    """The record of the MCP call made within (left empty when none was made)."""
+    record = CallRecord()
+    token = _recording.set(record)
+    try:
+        yield record
+    finally:
+        _recording.reset(token)
 
 
 def server_of(tool: BaseTool) -> str | None:
@@ -92,6 +121,7 @@ class McpServer:
         self._wake = asyncio.Event()
         self._changed = False
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     # -- state -----------------------------------------------------------------------------
 
@@ -126,17 +156,21 @@ class McpServer:
                 await self._settled.wait()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._closing = True
+        task, self._task = self._task, None
+        # A cancel that lands while the SDK's stdio client is still starting can come out of it
+        # as a broken stream rather than a cancellation, and be swallowed: cancel until it ends.
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=CLOSE_RETRY_SECONDS)
 
     async def _supervise(self) -> None:
-        while True:
+        while not self._closing:
             try:
                 await self._serve()
             except Exception as exc:
+                if self._closing:
+                    return
                 self._mark_unavailable(exc)
             self._settled.set()
             await asyncio.sleep(self.config.reconnect_seconds)
@@ -246,6 +280,8 @@ class McpServer:
 def _count(server: str, tool: str, outcome: CallOutcome, duration_ms: float | None) -> None:
     labels = {"mcp_server": server, "tool": tool}
     instruments.mcp_tool_calls.add(1, {**labels, "outcome": outcome})
+    if (record := _recording.get()) is not None:
+        record.outcome, record.duration_ms = outcome, duration_ms
     if duration_ms is not None:
         instruments.mcp_tool_duration.record(duration_ms, labels)
 

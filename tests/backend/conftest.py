@@ -4,18 +4,21 @@ for migration tests."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from backend.app import create_app
 from backend.settings import Settings
 from tests.support import databases
 from tests.support.api import signed_in
 from tests.support.scripted_provider import ScriptedProvider
-from tests.support.servers import serve
+from tests.support.servers import free_port, serve
 
 
 @pytest.fixture
@@ -55,3 +58,38 @@ def unmigrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
     url = asyncio.run(databases.create_postgres_database())
     yield url
     asyncio.run(databases.drop_postgres_database(url))
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A Redis of this test alone, so stopping it mid-turn touches nothing else."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is required (scripts/services.sh installs it)")
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    for _ in range(100):
+        try:
+            redis.Redis.from_url(url).ping()
+            break
+        except redis.ConnectionError:
+            subprocess.run(["sleep", "0.05"], check=False)
+    yield url, process
+    process.kill()
+    process.wait()

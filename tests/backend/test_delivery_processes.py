@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
 from tests.support.api import new_user
 from tests.support.processes import ROOT, BackendProcess, backend_env
@@ -73,41 +71,6 @@ async def test_a_crash_mid_turn_leaves_an_interrupted_message_with_its_partial_t
     finally:
         first.stop()
         await client.aclose()
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A Redis of this test alone, so stopping it mid-turn touches nothing else."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is required (scripts/services.sh installs it)")
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    for _ in range(100):
-        try:
-            redis.Redis.from_url(url).ping()
-            break
-        except redis.ConnectionError:
-            subprocess.run(["sleep", "0.05"], check=False)
-    yield url, process
-    process.kill()
-    process.wait()
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """The page's language on the server (issue 24): `Accept-Language` until the account picks one
-(`PUT /api/auth/language`), an unknown language refused, and migration 0018 that stores the
+(`PUT /api/auth/language`), an unknown language refused, and migration 0019 that stores the
 choice (on SQLite and PostgreSQL, up and down)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from sqlalchemy import text
 from backend import i18n
 from backend.db import alembic_config, create_engine
 
-LANGUAGE_REVISION = "0018"
+LANGUAGE_REVISION = "0019"
 
 
 @pytest.mark.parametrize(
@@ -83,11 +83,11 @@ async def _insert_user(url: str) -> None:
 
 def test_the_language_migration_up_and_down(unmigrated_url: str) -> None:
     config = alembic_config(unmigrated_url)
-    command.upgrade(config, "0017")
+    command.upgrade(config, "0018")
     asyncio.run(_insert_user(unmigrated_url))
     command.upgrade(config, LANGUAGE_REVISION)
     assert asyncio.run(_languages(unmigrated_url)) == [None]  # existing accounts follow the browser
-    command.downgrade(config, "0017")
+    command.downgrade(config, "0018")
     with pytest.raises(Exception, match="language"):
         asyncio.run(_languages(unmigrated_url))
     command.upgrade(config, "head")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from backend.app import create_app
 from backend.settings import Settings
 from chat_shell.tools.approvals import denied_message
-from tests.support.api import signed_in
+from tests.support.api import login, signed_in
 from tests.support.mcp_servers import stdio_server
 from tests.support.scripted_provider import ScriptedProvider, text, tool_call
 from tests.support.servers import serve
@@ -46,6 +47,30 @@ async def _chat(
         yield Chat(owner, other, tmp_path / "marks.txt")
 
 
+@contextlib.asynccontextmanager
+async def _replicas(
+    settings: Callable[..., Settings], postgres_url: str, redis_url: str, tmp_path: Path
+) -> AsyncIterator[tuple[Chat, httpx.AsyncClient]]:
+    """Two backends on one PostgreSQL and Redis: the owner's client of replica A (where its
+    turns run) and, with the same account, one of replica B."""
+    from tests.conftest import _off_loop
+    from tests.support import databases
+
+    _off_loop(lambda: databases.truncate_all(postgres_url))
+    async with _chat(settings, postgres_url, tmp_path, redis_url=redis_url) as on_a:
+        b = create_app(
+            settings(
+                postgres_url, mcp_servers=tmp_path / "mcp.json", sse_ping_seconds=0.5, redis_url=redis_url
+            )
+        )
+        async with serve(b) as url_b:
+            on_b = await login(url_b, "asker")
+            try:
+                yield on_a, on_b
+            finally:
+                await on_b.aclose()
+
+
 @pytest.fixture
 async def chat(
     database_url: str, chat_settings: Callable[..., Settings], tmp_path: Path
@@ -67,6 +92,7 @@ async def _paused_turn(chat: Chat, provider: ScriptedProvider, ask_first: list[s
     assert marked.status_code == 200 and marked.json()["ask_first"] == ask_first
     reread = await chat.owner.get(f"/api/conversations/{cid}/mcp-servers")
     assert reread.json()["ask_first"] == ask_first
+    asked_before = len(provider.chat_requests)
     provider.script(tool_call("ops_touch", {"path": str(chat.marks)}), text("Done."))
     sent = await chat.owner.post(f"/api/conversations/{cid}/messages", json={"content": "mark it"})
     assert sent.status_code == 202
@@ -82,7 +108,7 @@ async def _paused_turn(chat: Chat, provider: ScriptedProvider, ask_first: list[s
     )
     assert [e.event for e in reconnected.events] == ["approval.requested"]
     assert not chat.marks.exists()  # the tool has not run
-    assert len(provider.chat_requests) == 1  # the model waits too
+    assert len(provider.chat_requests) == asked_before + 1  # the model waits too
     return cid, request.data["call_id"]
 
 
@@ -180,3 +206,46 @@ async def test_the_pause_counts_against_the_turns_wall_time(
     assert events[-1].event == "turn.failed" and events[-1].data["code"] == "turn_time_limit"
     block = next(b for b in message["result"]["blocks"] if b["type"] == "tool")
     assert (block["approval"], block["status"]) == ("pending", "error")
+
+
+async def test_a_decision_sent_to_another_replica_resumes_the_turn_running_on_the_first(
+    postgres_url: str,
+    chat_settings: Callable[..., Settings],
+    scripted_provider: ScriptedProvider,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    async with _replicas(chat_settings, postgres_url, private_redis[0], tmp_path) as (chat, on_b):
+        cid, call_id = await _paused_turn(chat, scripted_provider, ["ops_touch"])
+        decision = {"call_id": call_id, "allow": True}
+        unknown = await on_b.post(f"/api/conversations/{cid}/approvals", json={"call_id": "x", "allow": True})
+        assert unknown.status_code == 409 and unknown.json()["code"] == "no_pending_approval"
+        assert (
+            await chat.other.post(f"/api/conversations/{cid}/approvals", json=decision)
+        ).status_code == 404
+
+        allowed = await on_b.post(f"/api/conversations/{cid}/approvals", json=decision)
+        assert allowed.status_code == 200 and allowed.json()["allowed"] is True
+        again = await on_b.post(f"/api/conversations/{cid}/approvals", json=decision)
+        assert again.status_code == 409 and again.json()["code"] == "no_pending_approval"
+        events, message = await _finished(chat, cid)
+        assert events[-1].event == "turn.completed"
+        assert chat.marks.read_text() == "ran\n"  # it ran on replica A, once
+        block = next(b for b in message["result"]["blocks"] if b["type"] == "tool")
+        assert (block["approval"], block["status"]) == ("allowed", "completed")
+        idle = await on_b.post(f"/api/conversations/{cid}/approvals", json=decision)
+        assert idle.status_code == 409  # nothing waits
+
+        # Without Redis a decision cannot reach replica A from B: refused as undelivered, and
+        # the call still waits for one sent to A.
+        chat.marks.unlink()
+        cid, call_id = await _paused_turn(chat, scripted_provider, ["ops_touch"])
+        private_redis[1].kill()
+        decision = {"call_id": call_id, "allow": True}
+        lost = await on_b.post(f"/api/conversations/{cid}/approvals", json=decision)
+        assert lost.status_code == 503 and lost.json()["code"] == "approval_not_delivered"
+        assert (
+            await chat.owner.post(f"/api/conversations/{cid}/approvals", json=decision)
+        ).status_code == 200
+        events, _ = await _finished(chat, cid)
+        assert events[-1].event == "turn.completed" and chat.marks.read_text() == "ran\n"

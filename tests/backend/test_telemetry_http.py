@@ -25,8 +25,9 @@ from backend.secret_policy import new_secret
 from backend.settings import Settings
 from chat_shell.providers.openai import ProviderConfig
 from chat_shell.runtime import ChatShell, RuntimeConfig
-from tests.support.api import new_operator, new_user
+from tests.support.api import new_operator, new_user, signed_in
 from tests.support.capabilities import SERVICE_TOKEN
+from tests.support.mcp_servers import stdio_server
 from tests.support.scripted_provider import ScriptedProvider, text, tool_call
 from tests.support.servers import serve
 from tests.support.sse import read_stream
@@ -136,8 +137,32 @@ async def _emergency_truncation(provider: ScriptedProvider) -> None:
     assert any(e.type == "context.compaction" for e in events)
 
 
+async def _mcp_calls(
+    database_url: str, settings: Callable[..., Settings], provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    """A turn whose MCP calls end ok, in an error and in a timeout, on a backend of this process
+    with an MCP server (its metrics go to the same exporter)."""
+    servers_file = tmp_path / "mcp.json"
+    config = stdio_server(call_timeout_seconds=1).model_dump()
+    servers_file.write_text(json.dumps({"servers": {"ops": config}}))
+    app = create_app(settings(database_url, telemetry_enabled=True, mcp_servers=servers_file))
+    async with serve(app) as base_url, signed_in(base_url, "mcp") as client:
+        cid = (await client.post("/api/conversations", json={"title": "m"})).json()["id"]
+        provider.script(
+            tool_call("ops_echo", {"text": "x"}),
+            tool_call("ops_explode", {}),
+            tool_call("ops_hang", {}),
+            text("ok"),
+        )
+        await _send(client, cid, "Use the tools.")
+
+
 async def test_every_metric_a_grafana_panel_queries_appears_in_a_scrape(
-    metrics_server: str, scripted_provider: ScriptedProvider
+    metrics_server: str,
+    scripted_provider: ScriptedProvider,
+    sqlite_url: str,
+    chat_settings: Callable[..., Settings],
+    tmp_path: Path,
 ) -> None:
     dashboard = json.loads(GRAFANA_DASHBOARD.read_text())
     queried = {
@@ -149,6 +174,7 @@ async def test_every_metric_a_grafana_panel_queries_appears_in_a_scrape(
     assert len(queried) >= 12
     await _scripted_turns(metrics_server, scripted_provider, "grafana")
     await _emergency_truncation(scripted_provider)
+    await _mcp_calls(sqlite_url, chat_settings, scripted_provider, tmp_path)
     samples, _ = await _scrape(metrics_server)
     scraped = {name for name, _ in samples}
     assert queried <= scraped, f"queried by Grafana but not exported: {sorted(queried - scraped)}"

@@ -16,6 +16,7 @@ from chat_shell.api.app import create_service_app
 from chat_shell.contracts import TurnRuntime
 from chat_shell.runtime import ChatShell
 from chat_shell.service_client import RemoteChatShell
+from chat_shell.tools.mcp import McpToolbox
 from chat_shell.tools.mcp_config import McpConfigurationError, connection_for, load_servers
 from tests.chat_shell.conftest import MakeShell
 from tests.support.mcp_server import log_text
@@ -372,7 +373,15 @@ async def test_calls_are_counted_per_server_tool_and_outcome_timed_and_traced_wi
         ScriptedToolCall(name=f"obs_{name}", args={"text": "x"} if name == "echo" else {}) for name in names
     ]
     scripted_provider.script(*(Reply(tool_calls=[call]) for call in calls), text("done"))
-    await collect(shell, make_request(301, "use them"))
+    events = await collect(shell, make_request(301, "use them"))
+    ended = [(e.name, e.mcp_outcome) for e in _completed(events)]
+    assert ended == [
+        ("obs_echo", "ok"),
+        ("obs_echo", "ok"),
+        ("obs_explode", "error"),
+        ("obs_hang", "timeout"),
+    ]
+    assert all(e.duration_ms is not None and e.duration_ms > 0 for e in _completed(events))
 
     def delta(tool: str, outcome: str) -> float:
         now = telemetry.total(
@@ -384,3 +393,17 @@ async def test_calls_are_counted_per_server_tool_and_outcome_timed_and_traced_wi
     assert telemetry.total("chat_shell.mcp.tool_duration", mcp_server="obs", tool="obs_echo") == timed + 2
     spans = [s for s in telemetry.finished_spans() if s.name.startswith("execute_tool obs_")]
     assert len(spans) >= 4 and all(s.attributes["chat_shell.mcp.server"] == "obs" for s in spans)
+
+
+@pytest.mark.parametrize("after_seconds", [0.05, 0.2, 1.0])
+async def test_a_runtime_closed_while_a_server_still_connects_shuts_down_at_once(
+    after_seconds: float,
+) -> None:
+    """A stop during the stdio client's start used to surface as a broken stream, be taken for
+    a lost server, and leave the supervisor reconnecting: shutdown then hung for good."""
+    toolbox = McpToolbox.from_config({"tools": stdio_server()})
+    for server in toolbox.servers.values():
+        server.start()
+    await asyncio.sleep(after_seconds)
+    async with asyncio.timeout(10):
+        await toolbox.aclose()

@@ -187,7 +187,7 @@ _TEXT_SINK = re.compile(
 _CHILD_WORD = re.compile(r'\},\s*"([a-z]{2,})"\)')
 # A template literal that writes words around its values ("${name} can log in again.").
 _TEMPLATE_WORDS = re.compile(r"[A-Za-z]{2,}[,;:]? [A-Za-z]{2,}")
-_SENTENCE = re.compile(r"^[A-Z][A-Za-z']*[ ,:;] ?[a-z]")
+_SENTENCE = re.compile(r"^\s*[A-Z][A-Za-z']*[ ,:;] ?[a-z]")
 _TRANSLATED = re.compile(r"\b(?:t|tn)\(\s*" + _STRING + r"(?:\s*,\s*" + _STRING + ")?")
 _COMMENT = re.compile(r"^\s*//[^\n]*$|/\*.*?\*/", re.M | re.S)
 

@@ -24,13 +24,17 @@ def open_model_view(page: Page) -> Locator:
     return dialog
 
 
-def test_the_model_view_shows_the_request_the_provider_received(
-    page: Page, stack: Stack, username: str
-) -> None:
+def a_turn_with_a_tool_round(page: Page, stack: Stack, username: str) -> None:
     start(page, stack, username)
     stack.provider.script(tool_call("generate_report", {"rows": 2}), text("Two rows, both fine."))
     send(page, "Make me a small report.")
     wait_finished(page)
+
+
+def test_the_model_view_shows_the_request_the_provider_received(
+    page: Page, stack: Stack, username: str
+) -> None:
+    a_turn_with_a_tool_round(page, stack, username)
     body = stack.provider.chat_requests[-1]
 
     dialog = open_model_view(page)
@@ -95,10 +99,7 @@ def test_the_chats_instructions_are_their_own_entry_in_the_model_view(
 def test_the_next_request_is_shown_before_the_send_and_is_what_the_next_turn_sends(
     page: Page, stack: Stack, username: str
 ) -> None:
-    start(page, stack, username)
-    stack.provider.script(tool_call("generate_report", {"rows": 2}), text("Two rows, both fine."))
-    send(page, "Make me a small report.")
-    wait_finished(page)
+    a_turn_with_a_tool_round(page, stack, username)
     calls = len(stack.provider.chat_requests)
 
     def entries_of(dialog: Locator) -> list[tuple[str | None, str | None, str]]:

@@ -10,6 +10,9 @@ conversation or message into Python.
 Windows whose buckets are whole hours (7 and 30 days) read the same figures from the hourly
 rollups (`models.rollups`, kept by `rollups` as turns start and finish): a few thousand rows
 instead of every turn of the window. Shorter windows scan their few raw rows.
+
+MCP tool calls exist only as hourly rollups (`mcp_tool_hours`): their figures cover every
+whole clock hour the window touches, from the hour holding its start to now.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from typing import Any, TypeVar
 from sqlalchemy import BigInteger, Select, case, cast, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from backend.models import CompactionEvent, CompactionHour, Turn, TurnHour, TurnStatus
+from backend.models import CompactionEvent, CompactionHour, McpToolHour, Turn, TurnHour, TurnStatus
 from backend.models.rollups import NO_BIN
 from backend.schemas.dashboard import (
     CompactionPoint,
+    McpToolTotals,
     StrategyTotals,
     Summary,
     Totals,
@@ -216,6 +220,43 @@ async def _strategies(db: AsyncSession, window: Window) -> tuple[list[StrategyTo
     return strategies, int(running or 0)
 
 
+async def _mcp_tools(db: AsyncSession, window: Window) -> list[McpToolTotals]:
+    """Per MCP server and tool: calls, errors, timeouts and duration percentiles, busiest first."""
+    row = McpToolHour
+    query = (
+        select(
+            row.server,
+            row.tool,
+            func.nullif(row.duration_bin, NO_BIN),
+            func.sum(row.calls),
+            func.sum(row.errors),
+            func.sum(row.timeouts),
+            func.min(row.duration_min),
+            func.max(row.duration_max),
+        )
+        .where(row.hour >= window.start_hour)
+        .group_by(row.server, row.tool, row.duration_bin)
+    )
+    found: dict[tuple[str, str], _Sums] = defaultdict(_Sums)
+    for server, tool, bin_index, calls, errors, timeouts, lowest, highest in await db.execute(query):
+        entry = found[(server, tool)]
+        for key, value in (("calls", calls), ("errors", errors), ("timeouts", timeouts)):
+            entry.counts[key] += value
+        if bin_index is not None:
+            entry.bins.append(percentiles.Bin(bin_index, calls, lowest, highest))
+    tools = [
+        McpToolTotals(
+            server=server,
+            tool=tool,
+            **entry.whole("calls", "errors", "timeouts"),
+            duration_p50_ms=entry.spread[0],
+            duration_p95_ms=entry.spread[1],
+        )
+        for (server, tool), entry in found.items()
+    ]
+    return sorted(tools, key=lambda t: (-t.calls, t.server, t.tool))
+
+
 def _turn_point(start: datetime, entry: _Sums) -> TurnPoint:
     return TurnPoint(
         start=start,
@@ -254,11 +295,12 @@ async def summary(
     def dialect(db: AsyncSession) -> str:
         return db.get_bind().dialect.name
 
-    turn_sums, compaction_sums, (strategies, running), pressed = await asyncio.gather(
+    turn_sums, compaction_sums, (strategies, running), pressed, mcp_tools = await asyncio.gather(
         on_own_session(lambda db: _buckets(db, _turns(window, dialect(db)), TURN_SUMS, max)),
         on_own_session(lambda db: _buckets(db, _compactions(window, dialect(db)), COMPACTION_SUMS, min)),
         on_own_session(lambda db: _strategies(db, window)),
         on_own_session(lambda db: pressure(db, window)),
+        on_own_session(lambda db: _mcp_tools(db, window)),
     )
     starts = window.starts()
     turns = [
@@ -304,4 +346,5 @@ async def summary(
         turns=turns,
         compactions=compactions,
         pressure=pressed,
+        mcp_tools=mcp_tools,
     )

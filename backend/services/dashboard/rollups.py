@@ -22,7 +22,16 @@ from sqlalchemy import Table, case
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from backend.models import CompactionEvent, CompactionHour, ConversationPressure, Turn, TurnHour, TurnStatus
+from backend.models import (
+    CompactionEvent,
+    CompactionHour,
+    ConversationPressure,
+    McpToolHour,
+    Turn,
+    TurnHour,
+    TurnStatus,
+)
+from backend.models.base import utcnow
 from backend.models.rollups import NO_BIN, NO_PROFILE
 from backend.services.dashboard import percentiles
 from backend.services.dashboard.windows import hour_of, utilization
@@ -59,6 +68,15 @@ COMPACTIONS = _Shape(
     highs=("duration_max",),
 )
 
+MCP_TOOLS = _Shape(
+    McpToolHour.__table__,  # type: ignore[arg-type]
+    keys=("hour", "server", "tool", "duration_bin"),
+    sums=("calls", "errors", "timeouts"),
+    lows=("duration_min",),
+    highs=("duration_max",),
+)
+# MCP call outcomes counted as errors (a server gone mid-call is one); timeouts are their own.
+MCP_ERROR_OUTCOMES = frozenset({"error", "unavailable"})
 
 PRESSURE: Table = ConversationPressure.__table__  # type: ignore[assignment]
 
@@ -157,6 +175,23 @@ def stage_compactions(db: AsyncSession, rows: Iterable[Row]) -> None:
         _merge(staged, COMPACTIONS, row)
 
 
+def stage_mcp_call(db: AsyncSession, server: str, tool: str, outcome: str, duration_ms: float | None) -> None:
+    """Counts one finished MCP tool call in the hour it finished."""
+    bin_index = percentiles.bin_index(duration_ms)
+    row = {
+        "hour": hour_of(utcnow()),
+        "server": server,
+        "tool": tool,
+        "duration_bin": NO_BIN if bin_index is None else bin_index,
+        "calls": 1,
+        "errors": int(outcome in MCP_ERROR_OUTCOMES),
+        "timeouts": int(outcome == "timeout"),
+        "duration_min": duration_ms,
+        "duration_max": duration_ms,
+    }
+    _merge(_staged(db, MCP_TOOLS.table), MCP_TOOLS, row)
+
+
 def _staged(db: AsyncSession, table: Table) -> dict[tuple[Any, ...], Row]:
     staged: dict[str, dict[tuple[Any, ...], Row]] = db.info.setdefault(_STAGED, {})
     return staged.setdefault(table.name, {})
@@ -218,8 +253,9 @@ async def write_staged(db: AsyncSession) -> None:
     if not staged:
         return
     dialect = db.get_bind().dialect.name
-    # Compactions, turns, then conversations, each in key order: every transaction locks in one order.
-    for shape in (COMPACTIONS, TURNS):
+    # Compactions, turns, MCP tools, then conversations, each in key order: every transaction
+    # locks in one order.
+    for shape in (COMPACTIONS, TURNS, MCP_TOOLS):
         rows = [staged[shape.table.name][key] for key in sorted(staged.get(shape.table.name, {}))]
         for start in range(0, len(rows), _CHUNK):
             await db.execute(_upserts(dialect, shape, rows[start : start + _CHUNK]))

@@ -5,8 +5,10 @@ falls behind (a client that stops reading) is marked lagged and its queue droppe
 consumer can neither block a turn nor grow memory: it re-reads what it missed from the log.
 
 `LocalBroker` serves a single process. `RedisBroker` adds Redis Streams (one stream per turn)
-so a client attached to any replica follows a turn running on another, and a pub/sub channel
-for stop requests. If Redis fails, listeners are told the broker is degraded and poll the log.
+so a client attached to any replica follows a turn running on another, and pub/sub channels
+for stop requests and for "ask first" decisions (a request and its reply: the replica running
+the turn is the one that knows whether the call still waits). If Redis fails, listeners are
+told the broker is degraded and poll the log.
 
 Publishing to Redis is off the commit path: committed events go to a bounded outbox that one
 task sends, each send with a short timeout, behind a breaker that stops trying for a while
@@ -20,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from redis.asyncio import Redis
@@ -33,11 +36,16 @@ log = logging.getLogger(__name__)
 QUEUE_LIMIT = 2000
 # Answers whether a job of this process was running the turn (and is now told to stop).
 CancelHandler = Callable[[int], Awaitable[bool]]
+# Delivers a decision on an "ask first" call (turn id, call id, allow): whether the call waited
+# and is now decided, or None when no job of this process runs the turn.
+DecisionHandler = Callable[[int, str, bool], Awaitable[bool | None]]
 # Each call to Redis on the delivery path gives up after this long.
 REDIS_TIMEOUT_SECONDS = 0.5
 # Committed events waiting to be sent to Redis; past this, they are dropped (listeners on other
 # replicas read them from the log).
 OUTBOX_LIMIT = 20_000
+# How long a decision sent to the other replicas waits for the one running the turn to answer.
+DECISION_REPLY_SECONDS = 2.0
 
 
 class Subscription:
@@ -83,9 +91,11 @@ class LocalBroker:
     def __init__(self) -> None:
         self._subscriptions: dict[int, set[Subscription]] = {}
         self._cancel_handler: CancelHandler | None = None
+        self._decision_handler: DecisionHandler | None = None
 
-    async def start(self, on_cancel: CancelHandler) -> None:
+    async def start(self, on_cancel: CancelHandler, on_decide: DecisionHandler) -> None:
         self._cancel_handler = on_cancel
+        self._decision_handler = on_decide
 
     async def stop(self) -> None:
         self._subscriptions.clear()
@@ -114,6 +124,13 @@ class LocalBroker:
         """Tells the runner of the turn to stop; whether it was reached."""
         return self._cancel_handler is not None and await self._cancel_handler(turn_id)
 
+    async def request_decision(self, turn_id: int, call_id: str, allow: bool) -> bool | None:
+        """Delivers a decision to the runner of the turn: whether the call waited (and is now
+        decided), or None when no runner could be asked. Alone, no job here means no wait."""
+        if self._decision_handler is None:
+            return None
+        return bool(await self._decision_handler(turn_id, call_id, allow))
+
     @property
     def listener_count(self) -> int:
         return sum(len(s) for s in self._subscriptions.values())
@@ -125,12 +142,15 @@ class RedisBroker(LocalBroker):
     STREAM_MAXLEN = 20_000
     STREAM_TTL_SECONDS = 3600
     CANCEL_CHANNEL = "chat_shell:cancel"
+    DECISION_CHANNEL = "chat_shell:decision"
+    DECISION_REPLY_TTL_SECONDS = 30
 
     def __init__(self, url: str) -> None:
         super().__init__()
         self._redis: Redis = Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         self._readers: dict[int, asyncio.Task[None]] = {}
         self._cancel_task: asyncio.Task[None] | None = None
+        self._deciding: set[asyncio.Task[None]] = set()
         self.breaker = Breaker()
         self._outbox: list[StoredEvent] = []
         self._outbox_ready = asyncio.Event()
@@ -140,15 +160,19 @@ class RedisBroker(LocalBroker):
     def stream_key(turn_id: int) -> str:
         return f"chat_shell:turn:{turn_id}"
 
-    async def start(self, on_cancel: CancelHandler) -> None:
-        await super().start(on_cancel)
+    async def start(self, on_cancel: CancelHandler, on_decide: DecisionHandler) -> None:
+        await super().start(on_cancel, on_decide)
         self._cancel_task = asyncio.create_task(
-            self._listen_for_cancels(on_cancel), name="redis-cancel-listener"
+            self._listen_for_requests(on_cancel, on_decide), name="redis-request-listener"
         )
         self._publisher = asyncio.create_task(self._send_outbox(), name="redis-publisher")
 
     async def stop(self) -> None:
-        tasks = [*self._readers.values(), *(t for t in (self._cancel_task, self._publisher) if t)]
+        tasks = [
+            *self._readers.values(),
+            *self._deciding,
+            *(t for t in (self._cancel_task, self._publisher) if t),
+        ]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -231,16 +255,58 @@ class RedisBroker(LocalBroker):
             return False
         return bool(listeners)
 
-    async def _listen_for_cancels(self, on_cancel: CancelHandler) -> None:
+    async def request_decision(self, turn_id: int, call_id: str, allow: bool) -> bool | None:
+        """Decides here when this replica runs the turn; else asks the other replicas and waits
+        for the reply of the one running it (None: none answered in time, or Redis is down)."""
+        if self._decision_handler is not None:
+            local = await self._decision_handler(turn_id, call_id, allow)
+            if local is not None:
+                return local
+        reply_key = f"chat_shell:decision-reply:{uuid.uuid4().hex}"
+        request = json.dumps({"turn_id": turn_id, "call_id": call_id, "allow": allow, "reply": reply_key})
+        try:
+            async with asyncio.timeout(REDIS_TIMEOUT_SECONDS):
+                listeners = await self._redis.publish(self.DECISION_CHANNEL, request)
+            if not listeners:
+                return None
+            async with asyncio.timeout(DECISION_REPLY_SECONDS + REDIS_TIMEOUT_SECONDS):
+                answer = await self._redis.blpop([reply_key], timeout=DECISION_REPLY_SECONDS)
+        except (RedisError, OSError, TimeoutError):
+            log.warning("redis unavailable: the decision on turn %s was not delivered", turn_id)
+            return None
+        return None if answer is None else answer[1] == b"1"
+
+    async def _answer_decision(self, on_decide: DecisionHandler, payload: bytes) -> None:
+        request = json.loads(payload)
+        decided = await on_decide(request["turn_id"], request["call_id"], request["allow"])
+        if decided is None:
+            return  # another replica runs the turn and answers
+        try:
+            async with asyncio.timeout(REDIS_TIMEOUT_SECONDS):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.rpush(request["reply"], "1" if decided else "0")
+                    pipe.expire(request["reply"], self.DECISION_REPLY_TTL_SECONDS)
+                    await pipe.execute()
+        except (RedisError, OSError, TimeoutError):
+            log.warning("redis unavailable: the reply to a decision on turn %s was lost", request["turn_id"])
+
+    async def _listen_for_requests(self, on_cancel: CancelHandler, on_decide: DecisionHandler) -> None:
         while True:
             try:
                 pubsub = self._redis.pubsub()
-                await pubsub.subscribe(self.CANCEL_CHANNEL)
+                await pubsub.subscribe(self.CANCEL_CHANNEL, self.DECISION_CHANNEL)
                 async for message in pubsub.listen():
-                    if message.get("type") == "message":
+                    if message.get("type") != "message":
+                        continue
+                    if message["channel"] == self.CANCEL_CHANNEL.encode():
                         await on_cancel(int(message["data"]))
+                    else:
+                        # Its own task: a decision in service mode is a call to chat_shell.
+                        task = asyncio.create_task(self._answer_decision(on_decide, message["data"]))
+                        self._deciding.add(task)
+                        task.add_done_callback(self._deciding.discard)
             except RedisError:
-                log.warning("redis cancel channel lost; retrying")
+                log.warning("redis request channels lost; retrying")
                 await asyncio.sleep(1)
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from backend.models import TurnStatus
 from backend.models.base import utcnow
 from backend.schemas.conversations import StoredMessage, user_visible
+from backend.services.dashboard import rollups
 from backend.services.delivery import turns
 from backend.services.delivery.event_log import StoredEvent, TurnLog
 from backend.services.delivery.stream_events import (
@@ -38,6 +39,8 @@ class Relay:
         self.model = model
         self.seen = VisibleTurn()
         self.finished = False
+        # The MCP server of each started call (the rollup of MCP calls counts per server).
+        self._servers: dict[str, str] = {}
 
     def forward(self, event: contracts.TurnEvent) -> None:
         if self.finished:
@@ -58,12 +61,14 @@ class Relay:
                 )
             case contracts.MessageDelta():
                 self.turn_log.append_text(event.text)
+            case contracts.ToolStarted():
+                if event.server is not None:
+                    self._servers[event.call_id] = event.server
+                self.turn_log.append(relayed(event))
+            case contracts.ToolCompleted():
+                self._tool_completed(event)
             case (
-                contracts.ToolStarted()
-                | contracts.ToolCompleted()
-                | contracts.ApprovalRequested()
-                | contracts.ApprovalDecided()
-                | contracts.ContextMetricsEvent()
+                contracts.ApprovalRequested() | contracts.ApprovalDecided() | contracts.ContextMetricsEvent()
             ):
                 self.turn_log.append(relayed(event))
             case contracts.ContextCompactionEvent():
@@ -85,6 +90,17 @@ class Relay:
         result = contracts.TurnResult(value=seen.text, blocks=seen.blocks, termination_reason=reason)
         ending = Failed(code=code, message=message, partial=self.seen.text)
         self._finish(TurnStatus.FAILED, result, {"code": code, "message": message}, ending)
+
+    def _tool_completed(self, event: contracts.ToolCompleted) -> None:
+        server, outcome = self._servers.pop(event.call_id, None), event.mcp_outcome
+        if server is None or outcome is None:
+            self.turn_log.append(relayed(event))
+            return
+
+        async def count(db: AsyncSession, _: Sequence[StoredEvent]) -> None:
+            rollups.stage_mcp_call(db, server, event.name, outcome, event.duration_ms)
+
+        self.turn_log.append(relayed(event), count)
 
     def _compaction(self, event: contracts.ContextCompactionEvent) -> None:
         started, record, chain = self.started, event.record, event.checkpoint_chain

@@ -124,7 +124,7 @@ class TurnRunner:
         self._maintenance: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        await self._broker.start(self._cancel_local)
+        await self._broker.start(self._cancel_local, self._decide_local)
         await self.recover_orphans(stale_only=self._shared)
         self._maintenance.append(asyncio.create_task(self._heartbeat_loop(), name="turn-heartbeat"))
         if self._shared:
@@ -239,15 +239,29 @@ class TurnRunner:
             )
 
     async def decide(self, turn_id: int | None, call_id: str, allow: bool) -> int:
-        """The user's decision on an "ask first" call the turn waits on (its id returned). The
-        turn's job must run in this process: a decision for a turn on another replica is refused
-        like one for a call that is not waiting."""
-        job = self._jobs.get(turn_id) if turn_id is not None else None
-        if turn_id is None or job is None or job.cancel.is_set():
+        """The user's decision on an "ask first" call the turn waits on (its id returned). It
+        goes through the broker to the replica running the turn, which alone knows whether the
+        call still waits."""
+        if turn_id is None:
             raise _nothing_to_decide()
-        if not await self.runtime.decide(turn_id, call_id, allow):
+        decided = await self._broker.request_decision(turn_id, call_id, allow)
+        if decided is None:
+            raise Unavailable(
+                "approval_not_delivered",
+                "the decision could not reach the server running this reply; nothing changed, try again",
+            )
+        if not decided:
             raise _nothing_to_decide()
         return turn_id
+
+    async def _decide_local(self, turn_id: int, call_id: str, allow: bool) -> bool | None:
+        """Whether the call waited and is now decided; None when this process does not run the turn."""
+        job = self._jobs.get(turn_id)
+        if job is None:
+            return None
+        if job.cancel.is_set():
+            return False
+        return await self.runtime.decide(turn_id, call_id, allow)
 
     async def _cancel_local(self, turn_id: int) -> bool:
         job = self._jobs.get(turn_id)

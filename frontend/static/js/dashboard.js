@@ -119,6 +119,25 @@ function renderPressure(rows) {
   $("pressure-empty").hidden = rows.length > 0;
 }
 
+function renderMcpTools(rows) {
+  $("mcp-tools-table").querySelector("tbody").replaceChildren(
+    ...rows.map((row) =>
+      h(
+        "tr",
+        { class: "mcp-tool-row", dataset: { server: row.server, tool: row.tool } },
+        h("td", {}, row.server),
+        h("td", {}, row.tool),
+        h("td", {}, formatInt(row.calls)),
+        h("td", {}, formatInt(row.errors)),
+        h("td", {}, formatInt(row.timeouts)),
+        h("td", {}, ms(row.duration_p50_ms)),
+        h("td", {}, ms(row.duration_p95_ms)),
+      ),
+    ),
+  );
+  $("mcp-tools-empty").hidden = rows.length > 0;
+}
+
 async function drillDown(conversationId) {
   const panel = $("drill");
   panel.hidden = false;
@@ -185,6 +204,7 @@ async function load() {
     renderTiles(data.totals);
     renderCharts(data);
     renderPressure(data.pressure);
+    renderMcpTools(data.mcp_tools);
     $("dash-status").textContent = t("{start} – {end}", { start: formatTime(data.window.start), end: formatTime(data.window.end) });
     root.dataset.loaded = "true";
     root.dataset.window = current;
@@ -202,7 +222,6 @@ $("window-picker").addEventListener("click", (event) => {
   history.replaceState(null, "", `?window=${current}`);
   $("dashboard").dataset.loaded = "false";
   load();
-if (linked) drillDown(linked);
 });
 $("refresh").addEventListener("click", () => load());
 $("drill-close").addEventListener("click", () => {

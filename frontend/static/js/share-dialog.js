@@ -18,7 +18,7 @@ export class ShareDialog {
       { class: "model-view share-dialog", "aria-labelledby": "share-dialog-title" },
       h("div", { class: "model-view-head" }, h("h2", { id: "share-dialog-title", text: t("Share this conversation") }), close),
       h("p", { class: "muted small", text: t("Anyone with a link can read this conversation as it is now, without an account. Messages you send later are not shared. Revoke a link to end it.") }),
-      h("p", {}, h("label", { for: "share-with-files" }, this.withFiles, " List the names of attached files (never their contents)")),
+      h("p", {}, h("label", { for: "share-with-files" }, this.withFiles, " ", t("List the names of attached files (never their contents)"))),
       this.create,
       this.status,
       this.list,
