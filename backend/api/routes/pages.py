@@ -86,8 +86,7 @@ async def shared_page(share_token: ShareToken, request: Request, db: Db) -> Resp
     try:
         document = await shares.shared(db, share_token)
     except NotFound:
-        missing = {"heading": "Share link not found", "detail": "It does not exist or was revoked."}
-        return _page(request, "not_found.html", missing, status=404)
+        return _page(request, "not_found.html", {"reason": "share_missing"}, status=404)
     return _page(request, "share.html", {"boot": document.model_dump(mode="json"), "title": document.title})
 
 
