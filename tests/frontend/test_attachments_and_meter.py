@@ -18,6 +18,7 @@ from tests.frontend.actions import (
 from tests.frontend.conftest import screenshot
 from tests.support.api import make_operator
 from tests.support.browser import Stack, run_off_loop
+from tests.support.files import PNG_1X1
 
 pytestmark = pytest.mark.browser
 
@@ -177,3 +178,28 @@ def test_one_total_in_the_pill_the_panel_and_the_dashboard(page: Page, stack: St
     page.goto(f"{stack.base_url}/operators?window=1h&conversation={cid}")
     latest = page.locator("#drill-tiles .tile", has_text="Latest used / available")
     expect(latest).to_contain_text(f"{tokens_label(used)} / {tokens_label(available)}")
+
+
+def test_sent_images_show_a_thumbnail_and_other_files_their_type(
+    page: Page, stack: Stack, username: str
+) -> None:
+    start(page, stack, username)
+    page.locator("#file-input").set_input_files(
+        files=[
+            {"name": "dot.png", "mimeType": "image/png", "buffer": PNG_1X1},
+            {"name": "table.csv", "mimeType": "text/csv", "buffer": b"a,b\n1,2\n"},
+        ]
+    )
+    expect(page.locator("#pending-attachments .chip", has_text="dot.png")).to_contain_text("ready")
+    expect(page.locator("#pending-attachments .chip", has_text="table.csv")).to_contain_text("ready")
+    send(page, "Here are two files.")
+    wait_finished(page)
+    sent = page.locator(".msg.user").last
+    thumb = sent.locator(".chip", has_text="dot.png").locator("img.chip-thumb")
+    expect(thumb).to_have_count(1)
+    # The thumbnail is the stored image itself, loaded (a broken one has no natural size).
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=thumb.element_handle())
+    table = sent.locator(".chip", has_text="table.csv")
+    expect(table.locator("img")).to_have_count(0)
+    expect(table.locator("svg.icon")).to_have_count(1)
+    screenshot(page, "attachment-chips")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, Route, expect
 
@@ -51,7 +52,10 @@ def test_a_draft_typed_while_a_reply_streams_survives_and_waits(
 ) -> None:
     page = desktop
     client = start(page, stack, username)
-    stack.provider.script(text(SLOW, token_delay=0.03), text(SLOW, token_delay=0.01))
+    # The second reply holds before its last token until the test releases it, so the third
+    # message is sure to be sent while a reply streams.
+    held = text(SLOW, token_delay=0.01, clock_tokens=2, stepped=True)
+    stack.provider.script(text(SLOW, token_delay=0.03), held)
     box = composer(page)
     box.fill("First question")
     box.press("Enter")
@@ -73,6 +77,7 @@ def test_a_draft_typed_while_a_reply_streams_survives_and_waits(
     expect(box).to_have_value("")
     expect(page.locator("#composer-status")).to_contain_text("sent when this reply ends")
     expect(page.locator(".msg.user")).to_have_count(2)
+    httpx.post(f"{stack.provider.base_url.removesuffix('/v1')}/_step").raise_for_status()
     expect(page.locator(".msg.user")).to_have_count(3, timeout=20_000)
     wait_finished(page)
     users = [m["content"] for m in stored(client, conversation_id(page)) if m["role"] == "user"]

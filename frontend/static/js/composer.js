@@ -4,7 +4,7 @@
 // message sent then waits for the reply to end. The box empties when a message is sent and the
 // text comes back with the error when the send fails, so no word is lost.
 import { ApiError, api, uploadFile } from "./api.js";
-import { formatBytes, h, icon } from "./format.js";
+import { fileIcon, formatBytes, h } from "./format.js";
 import { t } from "./i18n.js";
 
 const MAX_INPUT_HEIGHT = 240;
@@ -119,7 +119,7 @@ export class Composer {
     const progress = h("progress", { max: 100, value: 0, "aria-label": t("Uploading {name}", { name: file.name }) });
     const meta = h("span", { class: "chip-meta", text: t("{size} · uploading 0%", { size: formatBytes(file.size) }) });
     const remove = h("button", { type: "button", class: "chip-remove", "aria-label": t("Remove {name}", { name: file.name }), text: "×" });
-    const chip = h("li", { class: "chip chip-uploading" }, icon("file"), h("span", { class: "chip-name", text: file.name }), meta, progress, remove);
+    const chip = h("li", { class: "chip chip-uploading" }, fileIcon(file.type, file.name), h("span", { class: "chip-name", text: file.name }), meta, progress, remove);
     const entry = { file, chip, state: "uploading", attachment: null, abort: null };
     const handle = uploadFile(file, this.hooks.conversationId(), (loaded, total) => {
       const percent = Math.floor((loaded / total) * 100);

@@ -90,7 +90,23 @@ const ICONS = {
   unpin: "M9 3h6l-1 7 4 4H6l4-4zM12 14v7M3 3l18 18",
   archive: "M3 4h18v4H3zM5 8v12h14V8M10 12h4",
   unarchive: "M3 4h18v4H3zM5 8v12h14V8M12 18v-6M9 14l3-3 3 3",
+  image: "M4 5h16v14H4zM4 16l5-5 4 4 2-2 5 5M15 9h.01",
+  pdf: "M6 3h8l5 5v13H6zM14 3v5h5M9 13h6M9 17h4",
+  sheet: "M4 4h16v16H4zM4 10h16M4 15h16M10 4v16",
+  code: "M9 8l-4 4 4 4M15 8l4 4-4 4",
+  archive_file: "M6 3h12v18H6zM11 3v2h2v2h-2v2h2v2h-2",
 };
+
+// The icon of a file by its type (images, PDF, spreadsheets, code and text, archives; others a page).
+export function fileIcon(mimeType, filename = "") {
+  const type = mimeType ?? "";
+  if (type.startsWith("image/")) return icon("image");
+  if (type === "application/pdf") return icon("pdf");
+  if (/spreadsheet|excel|csv/.test(type) || /\.(xlsx|xls|csv|tsv)$/i.test(filename)) return icon("sheet");
+  if (/zip|tar|gzip|x-7z|x-rar/.test(type)) return icon("archive_file");
+  if (type.startsWith("text/") || /json|xml|javascript|x-python|x-sh/.test(type)) return icon("code");
+  return icon("file");
+}
 
 // A stroked 24x24 icon; decorative unless the caller labels its button.
 export function icon(name) {

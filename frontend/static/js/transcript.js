@@ -2,7 +2,7 @@
 // boundaries, and paging to older messages. Messages render from the user-visible record
 // (SPEC 2); an assistant message being written is built from stream events, then replaced by
 // the stored message when the turn completes.
-import { formatBytes, formatInt, formatTime, h, icon } from "./format.js";
+import { fileIcon, formatBytes, formatInt, formatTime, h } from "./format.js";
 import { MarkdownStream, renderMarkdown } from "./markdown.js";
 import { errorMessage } from "./errors.js";
 import { t } from "./i18n.js";
@@ -24,7 +24,10 @@ export function attachmentChip(attachment) {
   return h(
     "li",
     { class: `chip chip-${state}`, dataset: { attachmentId: attachment.id } },
-    icon("file"),
+    // An image shows itself (a small thumbnail of the stored file); other files their type.
+    attachment.mime_type?.startsWith("image/") && !attachment.deleted
+      ? h("img", { class: "chip-thumb", src: `/api/attachments/${attachment.id}/download`, alt: "", loading: "lazy" })
+      : fileIcon(attachment.mime_type, attachment.filename),
     attachment.deleted
       ? h("span", { class: "chip-name", text: attachment.filename })
       : h("a", { class: "chip-name", href: `/api/attachments/${attachment.id}/download`, text: attachment.filename, download: attachment.filename }),
