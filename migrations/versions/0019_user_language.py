@@ -25,5 +25,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("users") as batch:
-        batch.drop_column("language")
+    # Not in batch mode: rebuilding `users` on SQLite would lose its expression index
+    # (lower(username), 0006); SQLite 3.35+ drops a plain column in place.
+    op.drop_column("users", "language")

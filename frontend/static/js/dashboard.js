@@ -6,7 +6,7 @@ import { ApiError, api } from "./api.js";
 import { barList, timeChart } from "./dashboard-charts.js";
 import { formatDecimal, formatInt, formatPercent, formatTime, formatTokens, h } from "./format.js";
 import { t } from "./i18n.js";
-import { COMPACTION_STATUS } from "./meter.js";
+import { COMPACTION_STATUS, STATE_LABELS } from "./meter.js";
 
 const WINDOWS = ["1h", "6h", "24h", "7d", "30d"];
 // The stored names, as the page says them (English keeps the names).
@@ -154,7 +154,7 @@ async function drillDown(conversationId) {
   $("drill-tiles").replaceChildren(
     tile(t("Model"), detail.model_profile ?? "—"),
     tile(t("Latest used / available"), snapshot ? `${formatTokens(snapshot.used_input)} / ${formatTokens(snapshot.available_input)}` : "—"),
-    tile(t("State"), snapshot?.state ?? "—"),
+    tile(t("State"), snapshot ? (STATE_LABELS[snapshot.state] ?? snapshot.state) : "—"),
     tile(t("Trigger / keep"), snapshot ? `${formatTokens(snapshot.trigger)} / ${formatTokens(snapshot.keep)}` : "—"),
     tile(t("Turns shown"), formatInt(detail.turns.length)),
     tile(t("Compactions"), formatInt(detail.compactions.length)),

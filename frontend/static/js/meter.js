@@ -17,7 +17,7 @@ const SOURCES = [
   ["summary", t("Summary of earlier turns")],
   ["current_input", t("Your new message")],
 ];
-const STATE_LABELS = {
+export const STATE_LABELS = {
   empty: t("No context used yet"),
   normal: t("Plenty of room"),
   warning: t("Nearing the compaction threshold"),
