@@ -189,7 +189,7 @@ def test_the_dashboard_and_the_users_page_in_chinese(zh_page: Page, stack: Stack
     expect(page.locator("#drill-title")).to_have_text(re.compile(r"^对话 #\d+$"))
     # The context state in the meter's own words, not the raw state name.
     expect(page.locator("#drill-tiles")).to_contain_text(
-        re.compile("空间充足|接近压缩阈值|早先的消息已压缩为摘要")
+        re.compile("空间充足|接近压缩阈值|早先的消息已压缩为摘要|消息超出了模型的上下文长度")
     )
     assert_no_english(page)
     screenshot(page, "dashboard-zh-CN")
