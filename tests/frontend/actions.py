@@ -94,3 +94,34 @@ def ahead_trigger(page: Page) -> int:
     """The pre-trigger of compaction ahead of time, at the default share of the shown trigger."""
     trigger = int(page.locator("#context-meter .meter-trigger").get_attribute("data-trigger") or 0)
     return int(trigger * PRE_TRIGGER_SHARE)
+
+
+def metrics(used: int, state: str, phase: str = "final", **extra: Any) -> dict[str, Any]:
+    """A stored final (or live) context snapshot of the 8k test window, for seeded replies."""
+    window, reserved = 8192, 4096
+    available = window - reserved
+    return {
+        "phase": phase,
+        "profile": "gpt-4o-mini",
+        "profile_source": "configured",
+        "context_window": window,
+        "reserved_output": reserved,
+        "available_input": available,
+        "used_input": used,
+        "remaining": available - used,
+        "remaining_percent": round((available - used) / available * 100, 1),
+        "trigger": 3481,
+        "keep": 1843,
+        "over_trigger": used >= 3481,
+        "state": state,
+        "breakdown": {
+            "system": 300,
+            "tool_schemas": 118,
+            "history": max(0, used - 300 - 118 - 40 - (600 if state == "compacted" else 0)),
+            "tool_outputs": 0,
+            "attachments": 0,
+            "summary": 600 if state == "compacted" else 0,
+            "current_input": 40,
+        },
+        **extra,
+    }

@@ -19,6 +19,7 @@ from tests.frontend.actions import (
     conversation_id,
     last_assistant,
     meter_used,
+    metrics,
     send,
     start,
     stored,
@@ -41,36 +42,6 @@ SUMMARY = (
     "Summary of earlier turns: the user plans a 5-day trip to Kyoto in April with a budget of "
     "1,200 EUR; no flights before 9:00; wants temples and a tea ceremony."
 )
-
-
-def metrics(used: int, state: str, phase: str = "final", **extra: Any) -> dict[str, Any]:
-    window, reserved = 8192, 4096
-    available = window - reserved
-    return {
-        "phase": phase,
-        "profile": "gpt-4o-mini",
-        "profile_source": "configured",
-        "context_window": window,
-        "reserved_output": reserved,
-        "available_input": available,
-        "used_input": used,
-        "remaining": available - used,
-        "remaining_percent": round((available - used) / available * 100, 1),
-        "trigger": 3481,
-        "keep": 1843,
-        "over_trigger": used >= 3481,
-        "state": state,
-        "breakdown": {
-            "system": 300,
-            "tool_schemas": 118,
-            "history": max(0, used - 300 - 118 - 40 - (600 if state == "compacted" else 0)),
-            "tool_outputs": 0,
-            "attachments": 0,
-            "summary": 600 if state == "compacted" else 0,
-            "current_input": 40,
-        },
-        **extra,
-    }
 
 
 def record(status: str, **extra: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import pytest
 from babel.messages.pofile import read_po
 from playwright.sync_api import Browser, Page, expect
 
-from tests.frontend.actions import start
+from tests.frontend.actions import metrics, start
 from tests.frontend.conftest import ROOT, open_page, screenshot
 from tests.support.api import PASSWORD, make_operator
 from tests.support.browser import Stack, assistant, run_off_loop, seed_conversation, user
@@ -74,33 +74,6 @@ def assert_no_english(page: Page) -> None:
     assert not left, f"English left on the Chinese page: {left}"
 
 
-def metrics(used: int) -> dict[str, Any]:
-    window, reserved = 8192, 4096
-    available = window - reserved
-    return {
-        "phase": "final",
-        "profile": "gpt-4o-mini",
-        "profile_source": "configured",
-        "context_window": window,
-        "reserved_output": reserved,
-        "available_input": available,
-        "used_input": used,
-        "remaining": available - used,
-        "remaining_percent": round((available - used) / available * 100, 1),
-        "trigger": 3481,
-        "keep": 1843,
-        "over_trigger": False,
-        "state": "compacted",
-        "breakdown": {
-            "system": 300,
-            "tool_schemas": 118,
-            "history": 642,
-            "summary": 600,
-            "current_input": 40,
-        },
-    }
-
-
 def _seed_compacted_then_refused(stack: Stack, username: str) -> int:
     done = {
         "strategy": "summary_compact",
@@ -130,7 +103,7 @@ def _seed_compacted_then_refused(stack: Stack, username: str) -> int:
             assistant(
                 "第三天去体验茶道。",
                 context_compactions=[done],
-                context_metrics=metrics(1700) | {"latest_compaction": done},
+                context_metrics=metrics(1700, "compacted", latest_compaction=done),
             ),
             user("很长的消息"),
             refused,
