@@ -12,7 +12,8 @@ from alembic import command
 from sqlalchemy import text
 
 from backend import i18n
-from backend.db import alembic_config, create_engine
+from backend.db import alembic_config
+from tests.support.databases import insert_first_user, plain_sql
 
 LANGUAGE_REVISION = "0019"
 
@@ -59,26 +60,13 @@ async def test_the_login_page_follows_the_browser(anonymous: httpx.AsyncClient) 
 
 
 async def _languages(url: str) -> list[str | None]:
-    engine = create_engine(url)
-    try:
-        async with engine.connect() as connection:
-            return list((await connection.execute(text("SELECT language FROM users ORDER BY id"))).scalars())
-    finally:
-        await engine.dispose()
+    async with plain_sql(url) as connection:
+        return list((await connection.execute(text("SELECT language FROM users ORDER BY id"))).scalars())
 
 
 async def _insert_user(url: str) -> None:
-    engine = create_engine(url)
-    try:
-        async with engine.begin() as connection:
-            await connection.execute(
-                text(
-                    "INSERT INTO users (id, username, password_hash, is_operator, created_at) "
-                    "VALUES (1, 'old', 'x', false, CURRENT_TIMESTAMP)"
-                )
-            )
-    finally:
-        await engine.dispose()
+    async with plain_sql(url) as connection:
+        await insert_first_user(connection, "old")
 
 
 def test_the_language_migration_up_and_down(unmigrated_url: str) -> None:

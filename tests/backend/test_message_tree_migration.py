@@ -14,6 +14,7 @@ from sqlalchemy import text
 from backend.db import alembic_config, create_engine, session_factory
 from backend.models import Conversation
 from backend.services.records import messages
+from tests.support.databases import insert_first_user, plain_sql
 
 TREE_REVISION = "0014"
 
@@ -31,30 +32,21 @@ MESSAGE = (
 
 
 async def _seed_old(url: str) -> None:
-    engine = create_engine(url)
-    try:
-        async with engine.begin() as connection:
+    async with plain_sql(url) as connection:
+        await insert_first_user(connection, "old")
+        for row in (
+            {"id": 1, "title": "root", "next": 5, "parent": None, "at": None},
+            {"id": 2, "title": "fork at 2", "next": 5, "parent": 1, "at": 2},
+            {"id": 3, "title": "fork of the fork, no messages", "next": 5, "parent": 2, "at": 4},
+            {"id": 4, "title": "fork at 1 of the fork (inherited)", "next": 2, "parent": 2, "at": 1},
+            {"id": 5, "title": "empty", "next": 1, "parent": None, "at": None},
+        ):
+            await connection.execute(text(CONVERSATION), row)
+        for pk, c, n in ((10, 1, 1), (11, 1, 2), (12, 1, 3), (13, 1, 4), (20, 2, 3), (21, 2, 4)):
+            role = "user" if n % 2 else "assistant"
             await connection.execute(
-                text(
-                    "INSERT INTO users (id, username, password_hash, is_operator, created_at) "
-                    "VALUES (1, 'old', 'x', false, CURRENT_TIMESTAMP)"
-                )
+                text(MESSAGE), {"id": pk, "c": c, "n": n, "role": role, "content": f"{c}:{n}"}
             )
-            for row in (
-                {"id": 1, "title": "root", "next": 5, "parent": None, "at": None},
-                {"id": 2, "title": "fork at 2", "next": 5, "parent": 1, "at": 2},
-                {"id": 3, "title": "fork of the fork, no messages", "next": 5, "parent": 2, "at": 4},
-                {"id": 4, "title": "fork at 1 of the fork (inherited)", "next": 2, "parent": 2, "at": 1},
-                {"id": 5, "title": "empty", "next": 1, "parent": None, "at": None},
-            ):
-                await connection.execute(text(CONVERSATION), row)
-            for pk, c, n in ((10, 1, 1), (11, 1, 2), (12, 1, 3), (13, 1, 4), (20, 2, 3), (21, 2, 4)):
-                role = "user" if n % 2 else "assistant"
-                await connection.execute(
-                    text(MESSAGE), {"id": pk, "c": c, "n": n, "role": role, "content": f"{c}:{n}"}
-                )
-    finally:
-        await engine.dispose()
 
 
 async def _read(url: str) -> tuple[dict[int, int | None], dict[int, int | None], dict[int, list[str]]]:

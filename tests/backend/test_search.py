@@ -131,36 +131,26 @@ async def test_the_index_follows_a_running_reply_to_its_end(
 
 
 async def _seed_before_search(url: str) -> None:
-    # Plain SQL: the ORM models describe the newest schema, this database an older one.
-    engine = create_engine(url)
-    try:
-        async with engine.begin() as connection:
+    async with databases.plain_sql(url) as connection:
+        await databases.insert_first_user(connection, "early")
+        await connection.execute(
+            sql(
+                "INSERT INTO conversations (id, owner_id, title, created_at, updated_at, "
+                "next_message_id) VALUES (1, 1, 'Old', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 3)"
+            )
+        )
+        for number, role, content, result in (
+            (1, "user", "旧的会议记录", None),
+            (2, "assistant", "", {"value": "Minutes of the old meeting"}),
+        ):
             await connection.execute(
                 sql(
-                    "INSERT INTO users (id, username, password_hash, is_operator, created_at) "
-                    "VALUES (1, 'early', 'x', false, CURRENT_TIMESTAMP)"
-                )
+                    "INSERT INTO messages (conversation_id, message_id, role, status, content, result, "
+                    "has_checkpoint, created_at, updated_at) VALUES (1, :n, :role, 'completed', "
+                    ":content, :result, false, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                ).bindparams(bindparam("result", type_=JsonDoc)),
+                {"n": number, "role": role, "content": content, "result": result},
             )
-            await connection.execute(
-                sql(
-                    "INSERT INTO conversations (id, owner_id, title, created_at, updated_at, "
-                    "next_message_id) VALUES (1, 1, 'Old', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 3)"
-                )
-            )
-            for number, role, content, result in (
-                (1, "user", "旧的会议记录", None),
-                (2, "assistant", "", {"value": "Minutes of the old meeting"}),
-            ):
-                await connection.execute(
-                    sql(
-                        "INSERT INTO messages (conversation_id, message_id, role, status, content, result, "
-                        "has_checkpoint, created_at, updated_at) VALUES (1, :n, :role, 'completed', "
-                        ":content, :result, false, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
-                    ).bindparams(bindparam("result", type_=JsonDoc)),
-                    {"n": number, "role": role, "content": content, "result": result},
-                )
-    finally:
-        await engine.dispose()
 
 
 async def _search_as(url: str, username: str, query: str) -> list[int]:

@@ -6,15 +6,15 @@ import asyncio
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import asyncpg
 from alembic import command
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import aliased
 
 from backend.db import alembic_config, create_engine
@@ -86,6 +86,29 @@ def scratch_postgres() -> Iterator[str | None]:
         yield url
     finally:
         asyncio.run(drop_postgres_database(url))
+
+
+@asynccontextmanager
+async def plain_sql(url: str) -> AsyncIterator[AsyncConnection]:
+    """One transaction in plain SQL: for a database at an older revision than the ORM models
+    describe, as the migration tests seed and read it."""
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as connection:
+            yield connection
+    finally:
+        await engine.dispose()
+
+
+async def insert_first_user(connection: AsyncConnection, username: str) -> None:
+    """User 1, in the columns every revision since the first has."""
+    await connection.execute(
+        text(
+            "INSERT INTO users (id, username, password_hash, is_operator, created_at) "
+            "VALUES (1, :username, 'x', false, CURRENT_TIMESTAMP)"
+        ),
+        {"username": username},
+    )
 
 
 async def truncate_all(url: str) -> None:
