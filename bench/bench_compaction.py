@@ -46,14 +46,13 @@ from pydantic import Field
 from bench.common import verdict
 from bench.workloads import load, workload_module
 from chat_shell.accounting.budget import Budget, budget_for
-from chat_shell.accounting.calibration import Fit, estimate
 from chat_shell.accounting.text_counter import TiktokenText
-from chat_shell.accounting.token_counter import REPLY_PRIMING, TokenCounter
+from chat_shell.accounting.token_counter import TokenCounter
 from chat_shell.contracts import TurnEvent
 from chat_shell.guard.context_guard import UnifiedContextGuard
 from chat_shell.guard.stages.summary_compaction.compactor import SummaryCompactor
-from chat_shell.guard.stages.summary_compaction.request import SummaryRequest
 from chat_shell.providers.profiles import resolve_profile
+from tests.support.summary_facts import request_at_trigger
 
 TRIGGER, KEEP = 49_152, 24_000
 PROFILE = resolve_profile(
@@ -148,28 +147,11 @@ async def our_compaction(
 ) -> list[BaseMessage]:
     """The compaction path over cached counts: decision, split, chunks, summaries, checkpoint."""
     budget = budget_for(PROFILE)
-    local = sum(tokens) + REPLY_PRIMING
-    current = estimate(
-        local,
-        overhead_tokens=budget.overhead_tokens,
-        fit=Fit(budget.overhead_tokens, 1.0, 0, False),
-        reported=None,
-    )
-    assert current.effective >= budget.trigger
     events: list[TurnEvent] = []
+    request = request_at_trigger(messages, tokens, counter, budget, events.append)
+    assert request.estimate.effective >= budget.trigger
     compactor = SummaryCompactor(summarizer, conversation_id=1, checkpoint_message_id=2)
-    outcome = await compactor(
-        SummaryRequest(
-            messages=messages,
-            message_tokens=tokens,
-            fixed_tokens=REPLY_PRIMING,
-            estimate=current,
-            budget=budget,
-            counter=counter,
-            emit=events.append,
-            forced=False,
-        )
-    )
+    outcome = await compactor(request)
     assert outcome.messages is not None, outcome.record
     return outcome.messages
 

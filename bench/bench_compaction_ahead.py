@@ -48,21 +48,14 @@ from tests.support.local_model import local_model_ready
 from tests.support.scripted_provider import Reply, ScriptedProvider, text
 from tests.support.servers import serve
 from tests.support.sse import read_stream
+from tests.support.texts import SMALL_COMPACTION, WORDS
 
 TARGET_RATIO = 1.2
 SUMMARY_SECONDS = 5.0
 FIRST_TOKEN_SECONDS = 0.5
 SCRIPTED_TURNS = 24
 LOCAL_TURNS = 16
-WORDS = "budget camera lens delivery invoice warehouse schedule meeting deadline report "
-SCRIPTED_SIZES = {
-    "compaction_trigger_tokens": 3_000,
-    "compaction_keep_tokens": 1_500,
-    "compaction_overhead_tokens": 100,
-    "compaction_chunk_tokens": 1_200,
-    "summary_max_tokens": 200,
-    "summary_timeout_seconds": 60,
-}
+SCRIPTED_SIZES = {**SMALL_COMPACTION, "summary_timeout_seconds": 60}
 
 
 @dataclass

@@ -302,19 +302,13 @@ async def main_async(quick: bool) -> None:
     sizes = (100, 2_000) if quick else (100, 10_000)
     repeat = 15 if quick else 60
     with tempfile.TemporaryDirectory() as directory:
-        template = await asyncio.to_thread(databases.sqlite_template, Path(directory))
-        await _measure(
-            databases.sqlite_copy(template, Path(directory)), "sqlite", sizes, repeat, Path(directory)
-        )
-        if await databases.postgres_available():
-            url = await databases.create_postgres_database()
-            try:
-                await asyncio.to_thread(databases.migrate, url)
+        sqlite_url = await databases.migrated_sqlite(Path(directory))
+        await _measure(sqlite_url, "sqlite", sizes, repeat, Path(directory))
+        async with databases.migrated_postgres() as url:
+            if url is None:
+                print("[postgresql] not reachable: skipped")
+            else:
                 await _measure(url, "postgresql", sizes, repeat, Path(directory))
-            finally:
-                await databases.drop_postgres_database(url)
-        else:
-            print("[postgresql] not reachable: skipped")
     _tool_set_cost()
     print(f"target: the {sizes[1]}-turn history load within 1.5x of the {sizes[0]}-turn one")
 

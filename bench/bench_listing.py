@@ -103,17 +103,12 @@ async def _measure(url: str, label: str, repeat: int) -> None:
 async def main_async(quick: bool) -> None:
     repeat = 30 if quick else 200
     with tempfile.TemporaryDirectory() as directory:
-        template = await asyncio.to_thread(databases.sqlite_template, Path(directory))
-        await _measure(databases.sqlite_copy(template, Path(directory)), "sqlite", repeat)
-    if await databases.postgres_available():
-        url = await databases.create_postgres_database()
-        try:
-            await asyncio.to_thread(databases.migrate, url)
+        await _measure(await databases.migrated_sqlite(Path(directory)), "sqlite", repeat)
+    async with databases.migrated_postgres() as url:
+        if url is None:
+            print("[postgresql] not reachable: skipped")
+        else:
             await _measure(url, "postgresql", repeat)
-        finally:
-            await databases.drop_postgres_database(url)
-    else:
-        print("[postgresql] not reachable: skipped")
     print("target: every ratio <= 1.5x")
 
 

@@ -236,19 +236,14 @@ async def main_async(quick: bool, only: str | None) -> None:
     repeat = 20 if quick else 100
     if only in (None, "sqlite"):
         with tempfile.TemporaryDirectory() as directory:
-            template = await asyncio.to_thread(databases.sqlite_template, Path(directory))
-            await _measure(databases.sqlite_copy(template, Path(directory)), "sqlite", repeat)
+            await _measure(await databases.migrated_sqlite(Path(directory)), "sqlite", repeat)
     if only == "sqlite":
         return
-    if await databases.postgres_available():
-        url = await databases.create_postgres_database()
-        try:
-            await asyncio.to_thread(databases.migrate, url)
+    async with databases.migrated_postgres() as url:
+        if url is None:
+            print("[postgresql] not reachable: skipped")
+        else:
             await _measure(url, "postgresql", repeat)
-        finally:
-            await databases.drop_postgres_database(url)
-    else:
-        print("[postgresql] not reachable: skipped")
     print(f"target: p95 <= {TARGET_MS:.0f} ms on each database")
 
 

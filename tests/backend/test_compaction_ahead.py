@@ -28,18 +28,11 @@ from tests.support.scripted_provider import Reply, ScriptedProvider, http_error,
 from tests.support.servers import serve
 from tests.support.sse import read_stream
 from tests.support.telemetry import Recorded
+from tests.support.texts import SMALL_COMPACTION, WORDS
 
-WORDS = "budget camera lens delivery invoice warehouse schedule meeting deadline report "
 SUMMARY = "Budget 8000 EUR; order ORD-48213."
 # Trigger 3,000 and pre-trigger 2,100 (0.7 x trigger): each turn below adds about 450 tokens.
-SIZES = {
-    "compaction_trigger_tokens": 3_000,
-    "compaction_keep_tokens": 1_500,
-    "compaction_overhead_tokens": 100,
-    "compaction_chunk_tokens": 1_200,
-    "summary_max_tokens": 200,
-    "compaction_heartbeat_seconds": 0.2,
-}
+SIZES = {**SMALL_COMPACTION, "compaction_heartbeat_seconds": 0.2}
 
 
 @dataclass
@@ -74,10 +67,8 @@ class Backend:
 
 def _backend_fixture(**extra: object) -> Any:
     @pytest.fixture
-    async def backend(
-        database_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
-    ) -> AsyncIterator[Backend]:
-        settings = make_settings(database_url, openai_base_url=scripted_provider.base_url, **SIZES, **extra)
+    async def backend(database_url: str, chat_settings: Callable[..., Settings]) -> AsyncIterator[Backend]:
+        settings = chat_settings(database_url, **SIZES, **extra)
         app = create_app(settings)
         async with serve(app) as base_url, signed_in(base_url, "ahead") as client:
             yield Backend(app, client, database_url)

@@ -17,18 +17,15 @@ from tests.support.api import signed_in
 from tests.support.scripted_provider import Reply, ScriptedProvider, http_error, text
 from tests.support.servers import serve
 from tests.support.sse import read_stream
-from tests.support.texts import SMALL_COMPACTION
-
-WORDS = "budget camera lens delivery invoice warehouse schedule meeting deadline report "
+from tests.support.texts import SMALL_COMPACTION, WORDS
 
 
 @pytest.fixture
 async def client(
-    database_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
+    database_url: str, chat_settings: Callable[..., Settings]
 ) -> AsyncIterator[httpx.AsyncClient]:
-    settings = make_settings(
+    settings = chat_settings(
         database_url,
-        openai_base_url=scripted_provider.base_url,
         **SMALL_COMPACTION,
         compaction_heartbeat_seconds=0.2,
         # These tests are about compactions inside a turn (test_compaction_ahead covers the rest).

@@ -16,17 +16,10 @@ from chat_shell.contracts import ChainMessage
 from chat_shell.messages.convert import to_langchain
 from tests.backend.test_history_modes import Mode, open_modes
 from tests.support.scripted_provider import ScriptedProvider, is_summary_request
+from tests.support.texts import SMALL_COMPACTION, WORDS
 
-COMPACTING = {
-    "compaction_trigger_tokens": 3_000,
-    "compaction_keep_tokens": 1_500,
-    "compaction_overhead_tokens": 100,
-    "compaction_chunk_tokens": 1_200,
-    # Compaction ahead of time runs in package mode only: both modes compact inside the turn.
-    "compaction_ahead": False,
-    "summary_max_tokens": 200,
-}
-WORDS = "budget camera lens delivery invoice warehouse schedule meeting deadline report "
+# Compaction ahead of time runs in package mode only: both modes compact inside the turn.
+COMPACTING = {**SMALL_COMPACTION, "compaction_ahead": False}
 
 
 async def _conversation(mode: Mode, provider: ScriptedProvider) -> list[dict[str, Any]]:

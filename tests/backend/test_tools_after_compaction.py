@@ -21,19 +21,16 @@ from chat_shell.guard.stages.summary_compaction.prompts import SUMMARY_OPENING
 from tests.support.api import signed_in
 from tests.support.scripted_provider import Reply, ScriptedProvider, text, tool_call
 from tests.support.servers import serve
-from tests.support.texts import SMALL_COMPACTION
+from tests.support.texts import SMALL_COMPACTION, WORDS
 from tests.support.uploads import upload_ok
-
-WORDS = "budget camera lens delivery invoice warehouse schedule meeting deadline report "
 
 
 @pytest.fixture
 async def client(
-    database_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
+    database_url: str, chat_settings: Callable[..., Settings]
 ) -> AsyncIterator[httpx.AsyncClient]:
-    settings = make_settings(
+    settings = chat_settings(
         database_url,
-        openai_base_url=scripted_provider.base_url,
         **SMALL_COMPACTION,
     )
     async with serve(create_app(settings)) as base_url, signed_in(base_url, "reader") as user:

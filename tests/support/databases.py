@@ -89,6 +89,26 @@ def scratch_postgres() -> Iterator[str | None]:
 
 
 @asynccontextmanager
+async def migrated_postgres() -> AsyncIterator[str | None]:
+    """A new, migrated PostgreSQL database for a benchmark (None when the server is not
+    reachable), dropped afterwards."""
+    if not await postgres_available():
+        yield None
+        return
+    url = await create_postgres_database()
+    try:
+        await asyncio.to_thread(migrate, url)
+        yield url
+    finally:
+        await drop_postgres_database(url)
+
+
+async def migrated_sqlite(directory: Path) -> str:
+    """A migrated SQLite database in `directory`, for a benchmark."""
+    return sqlite_copy(await asyncio.to_thread(sqlite_template, directory), directory)
+
+
+@asynccontextmanager
 async def plain_sql(url: str) -> AsyncIterator[AsyncConnection]:
     """One transaction in plain SQL: for a database at an older revision than the ORM models
     describe, as the migration tests seed and read it."""

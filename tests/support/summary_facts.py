@@ -33,6 +33,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from chat_shell.accounting.budget import Budget, budget_for
 from chat_shell.accounting.calibration import Fit, estimate
 from chat_shell.accounting.token_counter import REPLY_PRIMING, TokenCounter
+from chat_shell.guard.protocol import EventSink
 from chat_shell.guard.stages.summary_compaction.compactor import SummaryCompactor
 from chat_shell.guard.stages.summary_compaction.request import SummaryRequest
 from chat_shell.guard.stages.summary_compaction.settings import CompactionSettings
@@ -419,6 +420,33 @@ def summary_model(
     )
 
 
+def request_at_trigger(
+    messages: list[BaseMessage],
+    tokens: list[int],
+    counter: TokenCounter,
+    budget: Budget,
+    emit: EventSink,
+) -> SummaryRequest:
+    """The unforced request the guard makes of the summary stage over `messages` (counted
+    `tokens`), with the estimate of a request of them and no provider report."""
+    current = estimate(
+        sum(tokens) + REPLY_PRIMING,
+        overhead_tokens=budget.overhead_tokens,
+        fit=Fit(budget.overhead_tokens, 1.0, 0, False),
+        reported=None,
+    )
+    return SummaryRequest(
+        messages=messages,
+        message_tokens=tokens,
+        fixed_tokens=REPLY_PRIMING,
+        estimate=current,
+        budget=budget,
+        counter=counter,
+        emit=emit,
+        forced=False,
+    )
+
+
 class _Counted:
     def __init__(self, summarizer: ModelSummarizer) -> None:
         self._summarizer = summarizer
@@ -435,27 +463,10 @@ async def summarize_ours(model: BaseChatModel, profile: ModelProfile, conversati
     counter = TokenCounter.for_profile(profile)
     messages = conversation.messages
     tokens = [counter.count_message(m).tokens for m in messages]
-    current = estimate(
-        sum(tokens) + REPLY_PRIMING,
-        overhead_tokens=budget.overhead_tokens,
-        fit=Fit(budget.overhead_tokens, 1.0, 0, False),
-        reported=None,
-    )
     summarizer = _Counted(ModelSummarizer(model))
     started = time.perf_counter()
     compactor = SummaryCompactor(summarizer, conversation_id=1, settings=SLOW_MACHINE)
-    outcome = await compactor(
-        SummaryRequest(
-            messages=messages,
-            message_tokens=tokens,
-            fixed_tokens=REPLY_PRIMING,
-            estimate=current,
-            budget=budget,
-            counter=counter,
-            emit=lambda _: None,
-            forced=False,
-        )
-    )
+    outcome = await compactor(request_at_trigger(messages, tokens, counter, budget, lambda _: None))
     seconds = time.perf_counter() - started
     assert outcome.messages is not None and outcome.record.summary_text, outcome.record
     kept_tail = len(outcome.messages) - 1  # after the summary message

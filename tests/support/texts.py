@@ -77,6 +77,8 @@ def grapheme_boundaries(text: str) -> set[int]:
     return bounds
 
 
+# Plain English filler for turns long enough to cross a compaction trigger.
+WORDS = "budget camera lens delivery invoice warehouse schedule meeting deadline report "
 # Compaction settings small enough that a few turns of test text cross the trigger.
 SMALL_COMPACTION = {
     "compaction_trigger_tokens": 3_000,

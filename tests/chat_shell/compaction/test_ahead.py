@@ -9,6 +9,7 @@ from chat_shell.guard.stages.summary_compaction.prompts import SUMMARY_OPENING
 from tests.chat_shell.conftest import MakeShell
 from tests.support.conversation import Conversation
 from tests.support.scripted_provider import ScriptedProvider, http_error, is_summary_request, text
+from tests.support.texts import WORDS
 
 PROFILE = {
     "context_window": 16_000,
@@ -19,7 +20,6 @@ PROFILE = {
     "summary_max_tokens": 200,
     "overhead_tokens": 300,
 }
-WORDS = "budget camera lens delivery invoice warehouse schedule meeting deadline report "
 
 
 async def _until_ahead(conversation: Conversation, provider: ScriptedProvider) -> ContextCompactionEvent:
