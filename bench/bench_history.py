@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -32,7 +31,7 @@ from backend.services.delivery import capabilities
 from backend.services.records import branches
 from backend.services.records.history import resolve_history
 from backend.settings import Settings
-from bench.common import median_ms, row
+from bench.common import each_database, median_ms, row
 from chat_shell.contracts import ChainMessage, ChainMetadata, ToolCall
 from chat_shell.tools.registry import TurnFacts, default_tools
 from tests.support import databases
@@ -301,14 +300,7 @@ def _tool_set_cost() -> None:
 async def main_async(quick: bool) -> None:
     sizes = (100, 2_000) if quick else (100, 10_000)
     repeat = 15 if quick else 60
-    with tempfile.TemporaryDirectory() as directory:
-        sqlite_url = await databases.migrated_sqlite(Path(directory))
-        await _measure(sqlite_url, "sqlite", sizes, repeat, Path(directory))
-        async with databases.migrated_postgres() as url:
-            if url is None:
-                print("[postgresql] not reachable: skipped")
-            else:
-                await _measure(url, "postgresql", sizes, repeat, Path(directory))
+    await each_database(lambda url, label, scratch: _measure(url, label, sizes, repeat, scratch))
     _tool_set_cost()
     print(f"target: the {sizes[1]}-turn history load within 1.5x of the {sizes[0]}-turn one")
 

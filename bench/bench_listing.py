@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 from datetime import timedelta
 from functools import partial
-from pathlib import Path
 
 from sqlalchemy import insert, select, text
 
@@ -20,7 +18,7 @@ from backend.db import create_engine, session_factory
 from backend.models import Conversation, Message, User
 from backend.models.base import utcnow
 from backend.services.records import conversations, messages
-from bench.common import median_ms, row
+from bench.common import each_database, median_ms, row
 from tests.support import databases
 
 PAGE = 50
@@ -102,13 +100,7 @@ async def _measure(url: str, label: str, repeat: int) -> None:
 
 async def main_async(quick: bool) -> None:
     repeat = 30 if quick else 200
-    with tempfile.TemporaryDirectory() as directory:
-        await _measure(await databases.migrated_sqlite(Path(directory)), "sqlite", repeat)
-    async with databases.migrated_postgres() as url:
-        if url is None:
-            print("[postgresql] not reachable: skipped")
-        else:
-            await _measure(url, "postgresql", repeat)
+    await each_database(lambda url, label, _: _measure(url, label, repeat))
     print("target: every ratio <= 1.5x")
 
 

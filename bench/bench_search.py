@@ -15,16 +15,13 @@ import argparse
 import asyncio
 import random
 import statistics
-import tempfile
-from pathlib import Path
 
 from sqlalchemy import insert, select, text
 
 from backend.db import create_engine, session_factory
 from backend.models import Conversation, Message, User
 from backend.services.records import search as message_search
-from bench.common import row, timed, verdict
-from tests.support import databases
+from bench.common import each_database, row, timed, verdict
 from tests.support.conversation import chinese_text
 
 MESSAGES = 100_000
@@ -234,16 +231,9 @@ def _p95(values: list[float]) -> float:
 
 async def main_async(quick: bool, only: str | None) -> None:
     repeat = 20 if quick else 100
-    if only in (None, "sqlite"):
-        with tempfile.TemporaryDirectory() as directory:
-            await _measure(await databases.migrated_sqlite(Path(directory)), "sqlite", repeat)
+    await each_database(lambda url, label, _: _measure(url, label, repeat), only)
     if only == "sqlite":
         return
-    async with databases.migrated_postgres() as url:
-        if url is None:
-            print("[postgresql] not reachable: skipped")
-        else:
-            await _measure(url, "postgresql", repeat)
     print(f"target: p95 <= {TARGET_MS:.0f} ms on each database")
 
 

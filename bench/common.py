@@ -1,11 +1,15 @@
-"""Small shared helpers for benchmarks: timing and printing."""
+"""Small shared helpers for benchmarks: timing, printing and the databases to measure on."""
 
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support import databases
 
 
 async def median_ms(fn: Callable[[], Awaitable[object]], repeat: int, warmup: int = 2) -> float:
@@ -47,3 +51,20 @@ def row(label: str, *cells: object, width: int = 44) -> None:
 
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
+
+
+async def each_database(
+    measure: Callable[[str, str, Path], Awaitable[None]], only: str | None = None
+) -> None:
+    """`measure(url, label, scratch)` on a new migrated SQLite database, then on a new migrated
+    PostgreSQL one when the server is reachable; `only` names one of the two labels."""
+    with tempfile.TemporaryDirectory() as directory:
+        scratch = Path(directory)
+        if only in (None, "sqlite"):
+            await measure(await databases.migrated_sqlite(scratch), "sqlite", scratch)
+        if only in (None, "postgresql"):
+            async with databases.migrated_postgres() as url:
+                if url is None:
+                    print("[postgresql] not reachable: skipped")
+                else:
+                    await measure(url, "postgresql", scratch)
