@@ -12,8 +12,6 @@ per-attempt cost of choosing the offered tool set.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -31,7 +29,7 @@ from backend.services.delivery import capabilities
 from backend.services.records import branches
 from backend.services.records.history import resolve_history
 from backend.settings import Settings
-from bench.common import each_database, median_ms, row
+from bench.common import each_database, median_ms, row, run_with_quick_flag
 from chat_shell.contracts import ChainMessage, ChainMetadata, ToolCall
 from chat_shell.tools.registry import TurnFacts, default_tools
 from tests.support import databases
@@ -306,9 +304,7 @@ async def main_async(quick: bool) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    asyncio.run(main_async(parser.parse_args().quick))
+    run_with_quick_flag(main_async)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,6 @@ SQLite and PostgreSQL. Target: the 10,000 case within 1.5x of the 100 case.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 from datetime import timedelta
 from functools import partial
 
@@ -18,7 +16,7 @@ from backend.db import create_engine, session_factory
 from backend.models import Conversation, Message, User
 from backend.models.base import utcnow
 from backend.services.records import conversations, messages
-from bench.common import each_database, median_ms, row
+from bench.common import each_database, median_ms, row, run_with_quick_flag
 from tests.support import databases
 
 PAGE = 50
@@ -105,9 +103,7 @@ async def main_async(quick: bool) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    asyncio.run(main_async(parser.parse_args().quick))
+    run_with_quick_flag(main_async)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,3 +70,10 @@ async def each_database(
                     print("[postgresql] not reachable: skipped")
                 else:
                     await measure(url, "postgresql", scratch)
+
+
+def run_with_quick_flag(main_async: Callable[[bool], Coroutine[object, object, None]]) -> None:
+    """The command line of a benchmark whose one option is `--quick`."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    asyncio.run(main_async(parser.parse_args().quick))

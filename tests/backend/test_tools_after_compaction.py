@@ -29,10 +29,7 @@ from tests.support.uploads import upload_ok
 async def client(
     database_url: str, chat_settings: Callable[..., Settings]
 ) -> AsyncIterator[httpx.AsyncClient]:
-    settings = chat_settings(
-        database_url,
-        **SMALL_COMPACTION,
-    )
+    settings = chat_settings(database_url, **SMALL_COMPACTION)
     async with serve(create_app(settings)) as base_url, signed_in(base_url, "reader") as user:
         yield user
 
