@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-import httpx
 import pytest
 
 from backend.app import create_app
 from backend.settings import Settings
-from tests.support.api import signed_in
+from tests.support.api import assistant_reply, signed_in
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import serve
 
@@ -25,14 +24,6 @@ async def instructed(database_url: str, chat_settings: Callable[..., Settings]) 
         yield base_url
 
 
-async def _send(client: httpx.AsyncClient, conversation_id: int, content: str) -> dict:
-    response = await client.post(
-        f"/api/conversations/{conversation_id}/messages", params={"wait": "true"}, json={"content": content}
-    )
-    assert response.status_code == 200, response.text
-    return response.json()["assistant_message"]
-
-
 async def test_instructions_reach_the_model_after_the_operators_prompt_and_can_change_any_time(
     instructed: str, scripted_provider: ScriptedProvider
 ) -> None:
@@ -42,12 +33,12 @@ async def test_instructions_reach_the_model_after_the_operators_prompt_and_can_c
         )
         cid = created.json()["id"]
         scripted_provider.script(text("Bonjour."), text("Hallo."), text("Hello."))
-        await _send(client, cid, "hi")
+        await assistant_reply(client, cid, "hi")
         await client.patch(f"/api/conversations/{cid}", json={"instructions": "Answer in German."})
-        second = await _send(client, cid, "hi again")
+        second = await assistant_reply(client, cid, "hi again")
         context = (await client.get(f"/api/conversations/{cid}/context")).json()
         cleared = await client.patch(f"/api/conversations/{cid}", json={"instructions": "  "})
-        await _send(client, cid, "and now")
+        await assistant_reply(client, cid, "and now")
     systems = [body["messages"][0] for body in scripted_provider.chat_requests]
     assert created.json()["instructions"] == "Answer in French."
     assert systems == [
@@ -69,7 +60,7 @@ async def test_instructions_over_the_input_budget_are_refused_naming_them(
     async with signed_in(instructed, "verbose") as client:
         huge = "Follow this long rule carefully. " * 3_000
         cid = (await client.post("/api/conversations", json={"instructions": huge})).json()["id"]
-        failed = await _send(client, cid, "hi")
+        failed = await assistant_reply(client, cid, "hi")
         messages = (await client.get(f"/api/conversations/{cid}/messages")).json()["items"]
     assert failed["status"] == "failed"
     error = failed["result"]["error"]

@@ -15,7 +15,7 @@ from backend.app import create_app
 from backend.model_catalog import ModelConfigurationError, read_models_file
 from backend.settings import Settings
 from chat_shell.providers.profiles import LOCAL_MODEL_NAME
-from tests.support.api import signed_in
+from tests.support.api import assistant_reply, signed_in
 from tests.support.local_model import ROOT, local_model_ready, standin_command, write_gguf
 from tests.support.scripted_provider import ScriptedProvider, served_provider, text
 from tests.support.servers import serve
@@ -75,14 +75,6 @@ def two_provider_settings(
     return lambda database_url: make_settings(database_url, models=path, provider_timeout_seconds=10)
 
 
-async def _send(client: httpx.AsyncClient, conversation_id: int, content: str) -> dict:
-    response = await client.post(
-        f"/api/conversations/{conversation_id}/messages", params={"wait": "true"}, json={"content": content}
-    )
-    assert response.status_code == 200, response.text
-    return response.json()["assistant_message"]
-
-
 async def test_the_model_list_shows_labels_and_windows_but_never_keys_or_urls(
     sqlite_url: str, two_provider_settings: Callable[[str], Settings], cloud: ScriptedProvider
 ) -> None:
@@ -121,11 +113,11 @@ async def test_a_conversations_model_changes_between_turns_and_the_budget_follow
         created = (await client.post("/api/conversations", json={"title": "two models"})).json()
         cid = created["id"]
         scripted_provider.script(text("house answer"))
-        first = await _send(client, cid, "hello house")
+        first = await assistant_reply(client, cid, "hello house")
         changed = await client.patch(f"/api/conversations/{cid}", json={"model_profile": "cloud-mini"})
         context = (await client.get(f"/api/conversations/{cid}/context")).json()
         cloud.script(text("cloud answer"))
-        second = await _send(client, cid, "hello cloud")
+        second = await assistant_reply(client, cid, "hello cloud")
     assert created["model_profile"] is None  # the default model answers
     assert first["result"]["value"] == "house answer" and second["result"]["value"] == "cloud answer"
     assert [body["model"] for body in scripted_provider.chat_requests] == ["qwen2.5-7b-instruct"]
@@ -165,9 +157,9 @@ async def test_a_model_whose_provider_is_down_fails_naming_it_and_the_others_kee
     ):
         down = (await client.post("/api/conversations", json={"model_profile": "broken"})).json()["id"]
         up = (await client.post("/api/conversations", json={"model_profile": "cloud-mini"})).json()["id"]
-        failed = await _send(client, down, "anyone there?")
+        failed = await assistant_reply(client, down, "anyone there?")
         cloud.script(text("I am"))
-        answered = await _send(client, up, "anyone there?")
+        answered = await assistant_reply(client, up, "anyone there?")
     assert failed["status"] == "failed"
     error = failed["result"]["error"]
     assert error["code"] == "provider_unavailable" and error["message"].startswith("Model 'broken':")
@@ -248,10 +240,10 @@ async def test_an_installed_local_model_is_one_more_entry_and_only_its_turns_wai
         remote = (await client.post("/api/conversations", json={"model_profile": "cloud-mini"})).json()["id"]
         early = await client.post(f"/api/conversations/{local}/messages", json={"content": "hi"})
         cloud.script(text("no waiting here"))
-        answered = await _send(client, remote, "hi")
+        answered = await assistant_reply(client, remote, "hi")
         loaded.touch()
         await local_model_ready(app)
-        later = await _send(client, local, "hi again")
+        later = await assistant_reply(client, local, "hi again")
     assert listed["default"] == "house"
     assert [m["id"] for m in listed["models"]][:3] == ["house", "cloud-mini", "broken"]
     assert local_id == LOCAL_MODEL_NAME and listed["models"][-1]["label"] == f"{local_id} (local)"

@@ -58,6 +58,15 @@ async def signed_in(base_url: str, username: str) -> AsyncIterator[httpx.AsyncCl
         await client.aclose()
 
 
+async def assistant_reply(client: httpx.AsyncClient, conversation_id: int, content: str) -> dict:
+    """Sends `content` and waits for the turn: the assistant message (completed or failed)."""
+    response = await client.post(
+        f"/api/conversations/{conversation_id}/messages", params={"wait": "true"}, json={"content": content}
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["assistant_message"]
+
+
 async def create_operator(database_url: str, username: str) -> None:
     """A new operator account stored directly, as `chat-shell create-user NAME --operator` does
     (for stacks where nobody registers without an invitation)."""

@@ -79,6 +79,16 @@ def grapheme_boundaries(text: str) -> set[int]:
 
 # Plain English filler for turns long enough to cross a compaction trigger.
 WORDS = "budget camera lens delivery invoice warehouse schedule meeting deadline report "
+# A runtime model profile small enough that a few turns of test text cross its trigger.
+SMALL_PROFILE = {
+    "context_window": 16_000,
+    "max_output_tokens": 1_000,
+    "trigger_tokens": 4_000,
+    "keep_tokens": 2_000,
+    "trim_tokens_to_summarize": 1_500,
+    "summary_max_tokens": 200,
+    "overhead_tokens": 300,
+}
 # Compaction settings small enough that a few turns of test text cross the trigger.
 SMALL_COMPACTION = {
     "compaction_trigger_tokens": 3_000,

@@ -9,17 +9,7 @@ from chat_shell.guard.stages.summary_compaction.prompts import SUMMARY_OPENING
 from tests.chat_shell.conftest import MakeShell
 from tests.support.conversation import Conversation
 from tests.support.scripted_provider import ScriptedProvider, http_error, is_summary_request, text
-from tests.support.texts import WORDS
-
-PROFILE = {
-    "context_window": 16_000,
-    "max_output_tokens": 1_000,
-    "trigger_tokens": 4_000,
-    "keep_tokens": 2_000,
-    "trim_tokens_to_summarize": 1_500,
-    "summary_max_tokens": 200,
-    "overhead_tokens": 300,
-}
+from tests.support.texts import SMALL_PROFILE, WORDS
 
 
 async def _until_ahead(conversation: Conversation, provider: ScriptedProvider) -> ContextCompactionEvent:
@@ -35,7 +25,7 @@ async def _until_ahead(conversation: Conversation, provider: ScriptedProvider) -
 async def test_a_conversation_over_the_pre_trigger_gets_its_checkpoint_before_the_next_send(
     make_shell: MakeShell, scripted_provider: ScriptedProvider
 ) -> None:
-    shell = make_shell(profile_overrides={"gpt-4o": PROFILE}, system_prompt="Be brief.")
+    shell = make_shell(profile_overrides={"gpt-4o": SMALL_PROFILE}, system_prompt="Be brief.")
     budget = budget_for(shell.profile())
     assert budget.ahead_trigger == int(0.7 * budget.trigger)
     conversation = Conversation(shell, ahead=True)
@@ -72,7 +62,7 @@ async def test_a_conversation_over_the_pre_trigger_gets_its_checkpoint_before_th
 async def test_below_the_pre_trigger_nothing_is_summarized(
     make_shell: MakeShell, scripted_provider: ScriptedProvider
 ) -> None:
-    shell = make_shell(profile_overrides={"gpt-4o": PROFILE})
+    shell = make_shell(profile_overrides={"gpt-4o": SMALL_PROFILE})
     conversation = Conversation(shell, ahead=True)
     scripted_provider.script(text("Hi."))
     await conversation.send("Hello there.")
@@ -83,7 +73,7 @@ async def test_below_the_pre_trigger_nothing_is_summarized(
 async def test_a_failed_summary_ahead_is_a_fallback_and_stores_nothing(
     make_shell: MakeShell, scripted_provider: ScriptedProvider
 ) -> None:
-    shell = make_shell(profile_overrides={"gpt-4o": PROFILE})
+    shell = make_shell(profile_overrides={"gpt-4o": SMALL_PROFILE})
     conversation = Conversation(shell)
     for turn in range(1, 8):
         scripted_provider.script(text("Noted."))

@@ -38,17 +38,9 @@ from tests.support.scripted_provider import (
     is_summary_request,
     text,
 )
+from tests.support.texts import SMALL_PROFILE
 
-PROFILE = {
-    "context_window": 16_000,
-    "max_output_tokens": 1_000,
-    "trigger_tokens": 4_000,
-    "keep_tokens": 2_000,
-    "trim_tokens_to_summarize": 1_500,
-    "summary_max_tokens": 200,
-    "overhead_tokens": 300,
-    "tool_output_tokens": 1_000,
-}
+PROFILE = {**SMALL_PROFILE, "tool_output_tokens": 1_000}
 MARKER = re.compile(r"⟦(\d+)⟧")
 EN_WORDS = [
     "budget",
