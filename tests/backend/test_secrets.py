@@ -93,24 +93,25 @@ def test_the_backend_in_service_mode_refuses_to_start_without_strong_secrets(
     assert "secrets.token_urlsafe(32)" in started.stderr and "make env" in started.stderr
 
 
-def test_the_chat_shell_service_and_a_metrics_token_are_checked_too(tmp_path: Path) -> None:
-    service = _cli(
-        "service",
+@pytest.mark.parametrize(
+    ("command", "variable", "value"),
+    [
+        ("service", "CHAT_SHELL_SERVICE_TOKEN", "change-me"),
+        # Single process (package mode) needs no secret, but a metrics token set must be a real one.
+        ("serve", "CHAT_SHELL_METRICS_TOKEN", "admin"),
+    ],
+)
+def test_the_chat_shell_service_and_a_metrics_token_are_checked_too(
+    tmp_path: Path, command: str, variable: str, value: str
+) -> None:
+    started = _cli(
+        command,
         "--port",
         "0",
         cwd=tmp_path,
-        env={"CHAT_SHELL_SERVICE_TOKEN": "change-me", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"},
+        env={variable: value, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"},
     )
-    assert service.returncode != 0 and "CHAT_SHELL_SERVICE_TOKEN is a placeholder" in service.stderr
-    # Single process (package mode) needs no secret, but a metrics token set must be a real one.
-    package = _cli(
-        "serve",
-        "--port",
-        "0",
-        cwd=tmp_path,
-        env={"CHAT_SHELL_METRICS_TOKEN": "admin", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"},
-    )
-    assert package.returncode != 0 and "CHAT_SHELL_METRICS_TOKEN is a placeholder" in package.stderr
+    assert started.returncode != 0 and f"{variable} is a placeholder" in started.stderr
 
 
 def _env_file(path: Path) -> dict[str, str]:
