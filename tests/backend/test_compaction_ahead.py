@@ -121,15 +121,16 @@ class Summaries:
         return self.reply
 
 
-async def until_ahead(backend: Backend, cid: int, summaries: Summaries) -> int:
-    """Turns until one ends at or above the pre-trigger and its job calls the summarizer; the
-    message id of that turn's assistant message."""
+async def until_ahead(backend: Backend, title: str, summaries: Summaries) -> tuple[int, int]:
+    """A new conversation, and turns in it until one ends at or above the pre-trigger and its job
+    calls the summarizer: the conversation's id and that turn's assistant message id."""
+    cid = int((await backend.client.post("/api/conversations", json={"title": title})).json()["id"])
     for turn in range(12):
         body = await send(backend.client, cid, f"Turn {turn}: " + WORDS * 40)
         assert not body["assistant_message"]["result"].get("context_compactions"), "compacted inline"
         await until(lambda: summaries.called.is_set() or not backend.ahead.running(cid))
         if summaries.called.is_set():
-            return int(body["assistant_message"]["message_id"])
+            return cid, int(body["assistant_message"]["message_id"])
     raise AssertionError("the conversation never crossed the pre-trigger")
 
 
@@ -138,8 +139,7 @@ async def test_the_turn_after_the_pre_trigger_sends_the_checkpoint_and_calls_no_
 ) -> None:
     client = backend.client
     summaries = Summaries(scripted_provider)
-    cid = (await client.post("/api/conversations", json={"title": "ahead"})).json()["id"]
-    crossing = await until_ahead(backend, cid, summaries)
+    cid, crossing = await until_ahead(backend, "ahead", summaries)
     await until(lambda: not backend.ahead.running(cid))
     # The checkpoint is on the crossing turn's assistant message, before any further send.
     found = await history(client, cid)
@@ -166,8 +166,7 @@ async def test_operators_see_ahead_as_its_own_strategy_on_the_dashboard_and_in_p
 ) -> None:
     backend, client = observed_backend, observed_backend.client
     summaries = Summaries(scripted_provider)
-    cid = (await client.post("/api/conversations", json={"title": "observed"})).json()["id"]
-    await until_ahead(backend, cid, summaries)
+    cid, _ = await until_ahead(backend, "observed", summaries)
     await until(lambda: not backend.ahead.running(cid))
     operator = await new_operator(str(client.base_url), backend.database_url, "operator")
     try:
@@ -192,8 +191,7 @@ async def test_a_send_during_the_background_compaction_waits_for_it_and_uses_it(
 ) -> None:
     client = backend.client
     summaries = Summaries(scripted_provider, text(SUMMARY, first_token_delay=1.5))
-    cid = (await client.post("/api/conversations", json={"title": "waits"})).json()["id"]
-    crossing = await until_ahead(backend, cid, summaries)
+    cid, crossing = await until_ahead(backend, "waits", summaries)
     assert backend.ahead.running(cid)
     await send(client, cid, "Still there?", wait=False)
     stream = await read_stream(client, cid)
@@ -216,8 +214,7 @@ async def test_a_failed_background_summary_leaves_the_inline_path(
 ) -> None:
     client = late_backend.client
     summaries = Summaries(scripted_provider, http_error(500))
-    cid = (await client.post("/api/conversations", json={"title": "fails"})).json()["id"]
-    await until_ahead(late_backend, cid, summaries)
+    cid, _ = await until_ahead(late_backend, "fails", summaries)
     await until(lambda: not late_backend.ahead.running(cid))
     assert (await history(client, cid)).get("checkpoint_message_id") is None
     summaries.reply = text(SUMMARY)
@@ -234,8 +231,7 @@ async def test_a_conversation_deleted_during_the_job_gets_nothing_stored(
 ) -> None:
     client = backend.client
     summaries = Summaries(scripted_provider, text(SUMMARY, first_token_delay=1.0))
-    cid = (await client.post("/api/conversations", json={"title": "deleted"})).json()["id"]
-    crossing = await until_ahead(backend, cid, summaries)
+    cid, crossing = await until_ahead(backend, "deleted", summaries)
     assert (await client.delete(f"/api/conversations/{cid}")).status_code == 204
     await until(lambda: not backend.ahead.running(cid))
     assert await backend.rows(cid) == []
@@ -292,8 +288,7 @@ async def test_stopping_a_turn_that_waits_ends_it_and_leaves_the_job_running(
 ) -> None:
     client = backend.client
     summaries = Summaries(scripted_provider, text(SUMMARY, first_token_delay=2.0))
-    cid = (await client.post("/api/conversations", json={"title": "stopped"})).json()["id"]
-    crossing = await until_ahead(backend, cid, summaries)
+    cid, crossing = await until_ahead(backend, "stopped", summaries)
     await send(client, cid, "Never mind.", wait=False)
     assert (await client.post(f"/api/conversations/{cid}/stop")).status_code == 202
     stream = await read_stream(client, cid)

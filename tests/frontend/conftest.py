@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.support import databases
-from tests.support.browser import Stack, launch_chromium, serve_stack
+from tests.support.browser import Stack, launch_chromium, serve_fresh_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
@@ -24,8 +23,7 @@ _names = itertools.count(1)
 @pytest.fixture(scope="session")
 def stack(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     directory = tmp_path_factory.mktemp("browser")
-    database_url = databases.sqlite_copy(sqlite_template, directory)
-    with serve_stack(database_url, directory / "data", context_window=CONTEXT_WINDOW) as served:
+    with serve_fresh_stack(sqlite_template, directory, context_window=CONTEXT_WINDOW) as served:
         yield served
 
 

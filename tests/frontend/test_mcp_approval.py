@@ -13,8 +13,7 @@ from playwright.sync_api import Page, expect
 
 from tests.frontend.actions import last_assistant, send, start, wait_finished
 from tests.frontend.conftest import screenshot
-from tests.support import databases
-from tests.support.browser import Stack, serve_stack
+from tests.support.browser import Stack, serve_fresh_stack
 from tests.support.mcp_servers import stdio_server
 from tests.support.scripted_provider import text, tool_call
 
@@ -24,10 +23,9 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def stack(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     directory = tmp_path_factory.mktemp("approval")
-    database_url = databases.sqlite_copy(sqlite_template, directory)
     servers = directory / "mcp.json"
     servers.write_text(json.dumps({"servers": {"ops": stdio_server().model_dump()}}))
-    with serve_stack(database_url, directory / "data", mcp_servers=servers) as served:
+    with serve_fresh_stack(sqlite_template, directory, mcp_servers=servers) as served:
         yield served
 
 

@@ -13,9 +13,8 @@ from playwright.sync_api import Page, expect
 
 from tests.frontend.actions import start
 from tests.frontend.conftest import screenshot
-from tests.support import databases
 from tests.support.api import make_operator
-from tests.support.browser import Stack, run_off_loop, serve_stack
+from tests.support.browser import Stack, run_off_loop, serve_fresh_stack
 from tests.support.mcp_servers import stdio_server
 from tests.support.scripted_provider import text, tool_call
 
@@ -25,11 +24,10 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def stack(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     directory = tmp_path_factory.mktemp("mcp-dashboard")
-    database_url = databases.sqlite_copy(sqlite_template, directory)
     servers = directory / "mcp.json"
     config = stdio_server(call_timeout_seconds=1).model_dump()
     servers.write_text(json.dumps({"servers": {"ops": config}}))
-    with serve_stack(database_url, directory / "data", mcp_servers=servers) as served:
+    with serve_fresh_stack(sqlite_template, directory, mcp_servers=servers) as served:
         yield served
 
 

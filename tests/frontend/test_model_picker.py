@@ -15,8 +15,7 @@ from playwright.sync_api import Page, Route, expect
 
 from tests.frontend.actions import conversation_id, send, start, wait_finished
 from tests.frontend.conftest import screenshot
-from tests.support import databases
-from tests.support.browser import Stack, serve_stack
+from tests.support.browser import Stack, serve_fresh_stack
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.threaded_server import serve_in_thread
 
@@ -61,8 +60,7 @@ def stack(
         path.write_text(json.dumps(document), encoding="utf-8")
         return path
 
-    database_url = databases.sqlite_copy(sqlite_template, directory)
-    with serve_stack(database_url, directory / "data", models=models_file) as served:
+    with serve_fresh_stack(sqlite_template, directory, models=models_file) as served:
         yield served
 
 

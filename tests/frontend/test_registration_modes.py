@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.support import databases
 from tests.support.api import PASSWORD
-from tests.support.browser import Stack, serve_stack
+from tests.support.browser import Stack, serve_fresh_stack
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,8 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def stack(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """This module's own server, with registration by invite code."""
     directory = tmp_path_factory.mktemp("invite")
-    database_url = databases.sqlite_copy(sqlite_template, directory)
-    with serve_stack(database_url, directory / "data", registration="invite") as served:
+    with serve_fresh_stack(sqlite_template, directory, registration="invite") as served:
         yield served
 
 

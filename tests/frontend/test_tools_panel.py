@@ -12,8 +12,7 @@ from playwright.sync_api import Page, expect
 from tests.backend.test_mcp_panel import write_servers_file
 from tests.frontend.actions import send, start, wait_finished
 from tests.frontend.conftest import screenshot
-from tests.support import databases
-from tests.support.browser import Stack, serve_stack
+from tests.support.browser import Stack, serve_fresh_stack
 from tests.support.scripted_provider import text
 
 pytestmark = pytest.mark.browser
@@ -25,9 +24,8 @@ SERVER_BOX = 'input[data-kind="server"]'
 def stack(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """A backend of its own, with two MCP servers configured ("extra" not in the default set)."""
     directory = tmp_path_factory.mktemp("tools")
-    database_url = databases.sqlite_copy(sqlite_template, directory)
     servers = write_servers_file(directory / "mcp.json")
-    with serve_stack(database_url, directory / "data", mcp_servers=servers) as served:
+    with serve_fresh_stack(sqlite_template, directory, mcp_servers=servers) as served:
         yield served
 
 

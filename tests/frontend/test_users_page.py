@@ -15,9 +15,8 @@ from playwright.sync_api import Locator, Page, expect
 
 from tests.frontend.actions import start
 from tests.frontend.conftest import screenshot
-from tests.support import databases
 from tests.support.api import PASSWORD, create_operator
-from tests.support.browser import Stack, run_off_loop, serve_stack
+from tests.support.browser import Stack, run_off_loop, serve_fresh_stack
 
 pytestmark = pytest.mark.browser
 NEW_PASSWORD = "reset by an operator 7"
@@ -27,8 +26,7 @@ NEW_PASSWORD = "reset by an operator 7"
 def stack(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """This module's own server, with registration by invite code."""
     directory = tmp_path_factory.mktemp("users-page")
-    database_url = databases.sqlite_copy(sqlite_template, directory)
-    with serve_stack(database_url, directory / "data", registration="invite") as served:
+    with serve_fresh_stack(sqlite_template, directory, registration="invite") as served:
         yield served
 
 

@@ -87,6 +87,15 @@ def serve_stack(
             yield Stack(base_url, database_url, provider)
 
 
+@contextmanager
+def serve_fresh_stack(sqlite_template: Path, directory: Path, **settings: Any) -> Iterator[Stack]:
+    """`serve_stack` on a new copy of the migrated SQLite template, its files in `directory`."""
+    with serve_stack(
+        databases.sqlite_copy(sqlite_template, directory), directory / "data", **settings
+    ) as served:
+        yield served
+
+
 def api_client(base_url: str, username: str, *, register: bool = True) -> httpx.Client:
     """A logged-in API client (session cookie and CSRF header), for setup and checks."""
     client = httpx.Client(base_url=base_url, timeout=30)
