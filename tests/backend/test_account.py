@@ -207,13 +207,9 @@ async def test_expired_and_revoked_tokens_are_refused(
 
 
 @pytest.fixture
-async def checked_server(
-    database_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
-) -> AsyncIterator[str]:
+async def checked_server(database_url: str, chat_settings: Callable[..., Settings]) -> AsyncIterator[str]:
     """Streams re-check their credential every 0.3 s (as a stream served by another replica)."""
-    settings = make_settings(
-        database_url, openai_base_url=scripted_provider.base_url, stream_auth_check_seconds=0.3
-    )
+    settings = chat_settings(database_url, stream_auth_check_seconds=0.3)
     async with serve(create_app(settings)) as base_url:
         yield base_url
 

@@ -20,13 +20,9 @@ from tests.support.sse import read_stream
 
 
 @pytest.fixture
-async def impatient_server(
-    sqlite_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
-) -> AsyncIterator[str]:
+async def impatient_server(sqlite_url: str, chat_settings: Callable[..., Settings]) -> AsyncIterator[str]:
     """The backend on SQLite with a 0.2 s busy timeout, so a held lock outlasts it at once."""
-    settings = make_settings(
-        sqlite_url, openai_base_url=scripted_provider.base_url, sqlite_busy_timeout_seconds=0.2
-    )
+    settings = chat_settings(sqlite_url, sqlite_busy_timeout_seconds=0.2)
     async with serve(create_app(settings)) as base_url:
         yield base_url
 

@@ -24,6 +24,7 @@ from tests.support.cli import run_cli
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import serve
 from tests.support.sse import read_stream
+from tests.support.texts import WORDS
 
 NEW_PASSWORD = "reset by an operator 7"
 
@@ -287,14 +288,10 @@ async def test_invite_codes_are_listed_spent_and_revoked(invite_server: str, dat
 
 
 @pytest.fixture
-async def chat_backend(
-    database_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
-) -> AsyncIterator[str]:
+async def chat_backend(database_url: str, chat_settings: Callable[..., Settings]) -> AsyncIterator[str]:
     """Streams re-check their credential only every minute: a stream that closes within
     seconds was closed by the disabling itself."""
-    settings = make_settings(
-        database_url, openai_base_url=scripted_provider.base_url, stream_auth_check_seconds=60
-    )
+    settings = chat_settings(database_url, stream_auth_check_seconds=60)
     async with serve(create_app(settings)) as base_url:
         yield base_url
 
@@ -366,9 +363,9 @@ async def test_the_first_operator_comes_from_the_command_line(
 
 
 async def test_a_disabled_owner_gets_no_compaction_ahead_of_time(
-    database_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
+    database_url: str, chat_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
 ) -> None:
-    settings = make_settings(database_url, openai_base_url=scripted_provider.base_url, **ahead.SIZES)
+    settings = chat_settings(database_url, **ahead.SIZES)
     app = create_app(settings)
     async with serve(app) as base_url:
         olga = await new_operator(base_url, database_url, "olga")
@@ -377,17 +374,17 @@ async def test_a_disabled_owner_gets_no_compaction_ahead_of_time(
             backend = ahead.Backend(app, dora, database_url)
             summaries = ahead.Summaries(scripted_provider)
             # How many turns reach the pre-trigger, in a first conversation (its job runs).
-            first = (await dora.post("/api/conversations", json={"title": "first"})).json()["id"]
-            turns = await ahead.until_ahead(backend, first, summaries) // 2
+            first, crossed_at = await ahead.until_ahead(backend, "first", summaries)
+            turns = crossed_at // 2
             await ahead.until(lambda: not backend.ahead.running(first))
             summaries.called.clear()
             # The same turns in a second one; its owner is disabled while the crossing one runs.
             cid = (await dora.post("/api/conversations", json={"title": "second"})).json()["id"]
             for turn in range(turns - 1):
-                await ahead.send(dora, cid, f"Turn {turn}: " + ahead.WORDS * 40)
+                await ahead.send(dora, cid, f"Turn {turn}: " + WORDS * 40)
             slow = scripted_provider.default_reply
             scripted_provider.script(lambda body: slow(body).model_copy(update={"first_token_delay": 1.0}))
-            crossing = await ahead.send(dora, cid, f"Turn {turns - 1}: " + ahead.WORDS * 40, wait=False)
+            crossing = await ahead.send(dora, cid, f"Turn {turns - 1}: " + WORDS * 40, wait=False)
             dora_id = await _user_id(olga, "dora")
             assert (await olga.post(f"/api/admin/users/{dora_id}/disable")).status_code == 200
             await app.state.ctx.runner.wait(crossing["turn_id"])
@@ -400,9 +397,9 @@ async def test_a_disabled_owner_gets_no_compaction_ahead_of_time(
 
 
 async def test_a_send_authenticated_just_before_the_disabling_starts_no_turn(
-    database_url: str, make_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
+    database_url: str, chat_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
 ) -> None:
-    app = create_app(make_settings(database_url, openai_base_url=scripted_provider.base_url))
+    app = create_app(chat_settings(database_url))
     async with serve(app) as base_url:
         olga = await new_operator(base_url, database_url, "olga")
         dora = await new_user(base_url, "dora")
