@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from chat_shell.contracts import AttachmentPage, AttachmentReader, AttachmentRef
+from chat_shell.contracts import AttachmentImage, AttachmentPage, AttachmentReader, AttachmentRef
 
 
 @dataclass
@@ -20,6 +20,7 @@ class _Fetched:
     ref: AttachmentRef | LookupError | None = None
     head: str = ""  # the longest prefix read so far
     tail: str = ""  # the longest suffix read so far
+    image: AttachmentImage | LookupError | None = None
 
 
 @dataclass
@@ -71,6 +72,17 @@ class CachingAttachmentReader:
             entry.tail = text
         return text
 
+    async def image(self, conversation_id: int, attachment_id: int) -> AttachmentImage:
+        entry = self._entry(conversation_id, attachment_id)
+        if entry.image is None:
+            try:
+                entry.image = await self.inner.image(conversation_id, attachment_id)
+            except LookupError as exc:
+                entry.image = exc
+        if isinstance(entry.image, LookupError):
+            raise entry.image
+        return entry.image
+
 
 @dataclass(frozen=True)
 class NoAttachmentReader:
@@ -85,4 +97,7 @@ class NoAttachmentReader:
         raise LookupError(self.reason)
 
     async def tail(self, conversation_id: int, attachment_id: int, chars: int) -> str:
+        raise LookupError(self.reason)
+
+    async def image(self, conversation_id: int, attachment_id: int) -> AttachmentImage:
         raise LookupError(self.reason)
