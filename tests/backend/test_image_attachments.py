@@ -26,7 +26,7 @@ from chat_shell.accounting.token_counter import IMAGE_PART_TOKENS
 from chat_shell.contracts import MAX_MODEL_IMAGE_BYTES
 from tests.backend.test_history_modes import open_modes
 from tests.support.api import signed_in
-from tests.support.files import PNG_1X1
+from tests.support.files import PNG_1X1, corrupt
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import serve
 from tests.support.uploads import upload_ok
@@ -114,6 +114,20 @@ async def test_a_model_that_accepts_images_sees_the_picture_on_every_turn(
     assert any("[image_url image/png omitted]" in e["text"] for e in shown)
     assert base64.b64encode(PNG_1X1).decode() not in str(view)
     assert shown[0]["tokens"] >= IMAGE_PART_TOKENS
+
+
+async def test_a_corrupt_image_is_stored_but_never_shown_to_a_model(
+    open_chat: Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]],
+    scripted_provider: ScriptedProvider,
+) -> None:
+    async with open_chat(profiles=SEES_IMAGES) as client:
+        cid = int((await client.post("/api/conversations", json={"title": "broken"})).json()["id"])
+        broken = await upload_ok(client, "broken.png", corrupt(PNG_1X1), conversation_id=cid)
+        scripted_provider.script(text("It is damaged."))
+        await _send(client, cid, "What is this?", [int(broken["id"])])
+        content = _user_messages(scripted_provider.chat_requests[-1])[0]
+    assert broken["status"] == "failed" and "the image could not be decoded" in broken["note"]
+    assert _image_urls(content) == [] and "the image could not be decoded" in _text_of(content)
 
 
 async def test_other_models_and_oversized_images_get_a_note_and_no_picture(
