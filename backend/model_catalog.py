@@ -151,8 +151,9 @@ class ModelCatalog:
         """The settings' profile fields with each entry's own on top (for its id)."""
         overrides = settings.profile_overrides
         for entry in self.models.values():
-            if entry.profile:
-                overrides[entry.id] = {**overrides.get(entry.id, {}), **entry.profile}
+            own = {**({"accepts_images": True} if entry.accepts_images else {}), **entry.profile}
+            if own:
+                overrides[entry.id] = {**overrides.get(entry.id, {}), **own}
         return overrides
 
     def with_model(self, entry: CatalogModel, *, default: bool) -> ModelCatalog:

@@ -57,6 +57,9 @@ class ChainMetadata(BaseModel):
     # be replaced (stricter policy, deleted attachment) without touching what the user wrote.
     attachment_preview: bool | None = None
     attachment_preview_chars: int | None = None
+    # How many image parts of the preview follow its text part (models that accept images): the
+    # preview's pictures, swapped in every turn, never part of what the user wrote.
+    attachment_preview_images: int | None = None
 
 
 class ToolCall(BaseModel):
@@ -492,6 +495,32 @@ class AttachmentPage(BaseModel):
     truncated_at_parse: bool = False
 
 
+# The image attachments a model that accepts images is shown: the types every such provider
+# takes, up to a size they all accept (larger ones are described, as for other models).
+MODEL_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+MAX_MODEL_IMAGE_BYTES = 5 * 1024 * 1024
+
+
+def shows_as_image(ref: AttachmentRef) -> bool:
+    """Whether a model that accepts images is shown `ref` as a picture."""
+    return (
+        ref.status == "ready"
+        and ref.kind == "image"
+        and ref.mime_type in MODEL_IMAGE_TYPES
+        and 0 < ref.size_bytes <= MAX_MODEL_IMAGE_BYTES
+    )
+
+
+class AttachmentImage(BaseModel):
+    """An image attachment's bytes, for a model that accepts images (base64, as providers take it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attachment_id: int
+    mime_type: str
+    data_base64: str
+
+
 class ModelHistory(BaseModel):
     """The model-visible history of a conversation (SPEC 6.2), as the history endpoint sends it."""
 
@@ -686,3 +715,8 @@ class AttachmentReader(Protocol):
     ) -> AttachmentPage: ...
 
     async def tail(self, conversation_id: int, attachment_id: int, chars: int) -> str: ...
+
+    async def image(self, conversation_id: int, attachment_id: int) -> AttachmentImage:
+        """The bytes of an image attachment a model may be shown (`LookupError` when it may not:
+        not an image of a type providers take, too large, deleted)."""
+        ...

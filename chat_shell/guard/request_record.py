@@ -13,10 +13,10 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from chat_shell.accounting.token_counter import REPLY_PRIMING, TokenCounter, tool_calls_of
+from chat_shell.accounting.token_counter import IMAGE_PART_TYPES, REPLY_PRIMING, TokenCounter, tool_calls_of
 from chat_shell.contracts import ModelRequest, RequestEntry, RequestSource
 from chat_shell.guard.protocol import GUIDANCE_ID
-from chat_shell.messages.convert import INSTRUCTIONS_ID, split_system
+from chat_shell.messages.convert import INSTRUCTIONS_ID, media_placeholder, split_system
 from chat_shell.messages.markers import MARKER_KEY
 from chat_shell.tools.mcp import server_of
 from chat_shell.tools.registry import ToolSet
@@ -25,8 +25,14 @@ _ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"
 
 
 def _text(message: BaseMessage) -> str:
+    """The entry's text, its pictures as placeholders (never the bytes), then its tool calls."""
+    media = [
+        media_placeholder(part)
+        for part in (message.content if isinstance(message.content, list) else ())
+        if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES
+    ]
     calls = [f"→ {call.name}({call.arguments})" for call in tool_calls_of(message)]
-    return "\n".join(part for part in (message.text, *calls) if part)
+    return "\n".join(part for part in (message.text, *media, *calls) if part)
 
 
 def _source(message: BaseMessage, raw: Mapping[str, Any], current: bool) -> RequestSource:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import httpx
 
 from chat_shell.contracts import (
+    AttachmentImage,
     AttachmentPage,
     AttachmentRef,
     ChainMessage,
@@ -65,7 +66,7 @@ class RemoteHistoryBrowser:
 
 
 class RemoteAttachmentReader:
-    """`AttachmentReader` over `GET .../attachments/{id}` and `.../attachments/{id}/text`."""
+    """`AttachmentReader` over `GET .../attachments/{id}`, `.../text` and `.../image`."""
 
     def __init__(self, api: BackendApi) -> None:
         self._api = api
@@ -90,6 +91,10 @@ class RemoteAttachmentReader:
         total = (await self.describe(conversation_id, attachment_id)).extracted_chars
         start = max(0, total - max(0, chars))
         return (await self.read(conversation_id, attachment_id, start, total - start)).text
+
+    async def image(self, conversation_id: int, attachment_id: int) -> AttachmentImage:
+        data = await self._api.get(f"/api/conversations/{conversation_id}/attachments/{attachment_id}/image")
+        return AttachmentImage.model_validate(data)
 
 
 class RemoteHost:

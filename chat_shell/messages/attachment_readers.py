@@ -10,9 +10,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
-from chat_shell.contracts import AttachmentPage, AttachmentReader, AttachmentRef
+from chat_shell.contracts import AttachmentImage, AttachmentPage, AttachmentReader, AttachmentRef
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -20,6 +24,7 @@ class _Fetched:
     ref: AttachmentRef | LookupError | None = None
     head: str = ""  # the longest prefix read so far
     tail: str = ""  # the longest suffix read so far
+    image: AttachmentImage | LookupError | None = None
 
 
 @dataclass
@@ -32,14 +37,7 @@ class CachingAttachmentReader:
 
     async def describe(self, conversation_id: int, attachment_id: int) -> AttachmentRef:
         entry = self._entry(conversation_id, attachment_id)
-        if entry.ref is None:
-            try:
-                entry.ref = await self.inner.describe(conversation_id, attachment_id)
-            except LookupError as exc:
-                entry.ref = exc
-        if isinstance(entry.ref, LookupError):
-            raise entry.ref
-        return entry.ref
+        return await _once(entry, "ref", lambda: self.inner.describe(conversation_id, attachment_id))
 
     async def read(
         self, conversation_id: int, attachment_id: int, offset: int, limit_chars: int
@@ -71,6 +69,24 @@ class CachingAttachmentReader:
             entry.tail = text
         return text
 
+    async def image(self, conversation_id: int, attachment_id: int) -> AttachmentImage:
+        entry = self._entry(conversation_id, attachment_id)
+        return await _once(entry, "image", lambda: self.inner.image(conversation_id, attachment_id))
+
+
+async def _once(entry: _Fetched, name: str, fetch: Callable[[], Awaitable[T]]) -> T:
+    """`entry`'s field `name`, fetched on first use; a `LookupError` is remembered and raised again."""
+    found = getattr(entry, name)
+    if found is None:
+        try:
+            found = await fetch()
+        except LookupError as exc:
+            found = exc
+        setattr(entry, name, found)
+    if isinstance(found, LookupError):
+        raise found
+    return cast(T, found)
+
 
 @dataclass(frozen=True)
 class NoAttachmentReader:
@@ -85,4 +101,7 @@ class NoAttachmentReader:
         raise LookupError(self.reason)
 
     async def tail(self, conversation_id: int, attachment_id: int, chars: int) -> str:
+        raise LookupError(self.reason)
+
+    async def image(self, conversation_id: int, attachment_id: int) -> AttachmentImage:
         raise LookupError(self.reason)

@@ -37,6 +37,9 @@ class ModelProfile:
     streams_usage: bool = True
     # Whether the provider takes message content only as a string, not as a list of parts.
     string_content_only: bool = False
+    # Whether the model is shown image attachments as image parts (the operator's
+    # `accepts_images`); otherwise they are described by name and type.
+    accepts_images: bool = False
     # Guard overrides; None means "derive from the window" (see accounting.budget).
     trigger_tokens: int | None = None
     keep_tokens: int | None = None
@@ -129,6 +132,7 @@ CONFIGURABLE_FIELDS = frozenset(
         "tool_output_overrides",
         "attachment_preview_tokens",
         "compaction_enabled",
+        "accepts_images",
     }
 )
 assert {f.name for f in fields(ModelProfile)} >= CONFIGURABLE_FIELDS

@@ -192,6 +192,11 @@ def test_sent_images_show_a_thumbnail_and_other_files_their_type(
     )
     expect(page.locator("#pending-attachments .chip", has_text="dot.png")).to_contain_text("ready")
     expect(page.locator("#pending-attachments .chip", has_text="table.csv")).to_contain_text("ready")
+    # The test stack's model takes no images, and the composer says so before the send.
+    expect(page.locator("#pending-attachments .chip", has_text="dot.png")).to_contain_text(
+        "this model cannot see images"
+    )
+    expect(page.locator("#pending-attachments .chip", has_text="table.csv")).not_to_contain_text("images")
     send(page, "Here are two files.")
     wait_finished(page)
     sent = page.locator(".msg.user").last

@@ -6,8 +6,8 @@
 - `GET .../next-model-request`: the request the next turn would send, before the user sends.
 - `GET .../messages/outline`, `GET .../messages/{message_id}/text`: the user-visible record as
   the `list_history` / `read_message` tools read it.
-- `GET .../attachments/{attachment_id}` and `.../text`: an attachment of this conversation, as
-  the `AttachmentReader` contract describes and reads it.
+- `GET .../attachments/{attachment_id}`, `.../text` and `.../image`: an attachment of this
+  conversation, as the `AttachmentReader` contract describes and reads it.
 
 Everything here except `context` also answers a turn capability (service mode) scoped to the
 conversation while its turn runs; any other conversation answers 404, as for other users'
@@ -33,6 +33,7 @@ from backend.services.records.attachment_reader import DatabaseAttachmentReader
 from backend.services.records.history import latest_metrics, prompt_tokens, resolve_history
 from chat_shell.contracts import (
     MAX_OUTLINE_ITEMS,
+    AttachmentImage,
     AttachmentPage,
     AttachmentRef,
     ModelHistory,
@@ -170,3 +171,11 @@ async def conversation_attachment_text(
 ) -> AttachmentPage:
     """A page of an attachment's extracted text, scoped to this conversation."""
     return await _reader(ctx).read(conversation.id, attachment_id, page.offset, page.limit)
+
+
+@router.get("/{conversation_id}/attachments/{attachment_id}/image", response_model=AttachmentImage)
+async def conversation_attachment_image(
+    conversation: Readable, attachment_id: AttachmentId, ctx: Ctx
+) -> AttachmentImage:
+    """An image attachment's bytes for a model that accepts images, scoped to this conversation."""
+    return await _reader(ctx).image(conversation.id, attachment_id)

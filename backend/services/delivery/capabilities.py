@@ -2,7 +2,7 @@
 
 In service mode the backend mints, per turn, a token scoped to (turn, conversation, owner,
 expiry) and sends it in the `TurnRequest`. The token reads that conversation's model history,
-its user-visible messages and its attachments' text, and nothing else; it carries no user
+its user-visible messages and its attachments' text and images, and nothing else; it carries no user
 credential, and it stops working the moment its turn is no longer running. Format:
 `cst2.<turn>.<conversation>.<owner>.<expires unix s>.<mac>`, the mac HMAC-SHA256 under the
 capability key (`CHAT_SHELL_CAPABILITY_KEY`): a secret of its own, which the chat_shell service

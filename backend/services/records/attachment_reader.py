@@ -10,6 +10,9 @@ unknown ids and other conversations' ids read alike.
 
 from __future__ import annotations
 
+import asyncio
+import base64
+
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -18,7 +21,7 @@ from backend.services.errors import NotFound
 from backend.services.records import attachments as attachment_service
 from backend.services.records.lineage import lineage
 from backend.settings import Settings
-from chat_shell.contracts import AttachmentPage, AttachmentRef
+from chat_shell.contracts import AttachmentImage, AttachmentPage, AttachmentRef, shows_as_image
 
 
 class Unavailable(NotFound):
@@ -48,6 +51,23 @@ class DatabaseAttachmentReader:
         row = self._readable(await self._load(conversation_id, attachment_id))
         start = max(0, row.extracted_chars - max(0, chars))
         return await attachment_service.read_text(self._settings, row, start, row.extracted_chars - start)
+
+    async def image(self, conversation_id: int, attachment_id: int) -> AttachmentImage:
+        row = await self._load(conversation_id, attachment_id)
+        ref = attachment_service.attachment_ref(row)
+        if not shows_as_image(ref):
+            raise Unavailable(
+                f"attachment {row.id} ({row.filename}) cannot be shown as an image "
+                f"({ref.mime_type}, {ref.size_bytes:,} bytes)"
+            )
+        path = attachment_service.absolute(self._settings, row.storage_path)
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+        except OSError:
+            raise Unavailable(f"attachment {row.id} ({row.filename}): its file is missing") from None
+        return AttachmentImage(
+            attachment_id=row.id, mime_type=ref.mime_type, data_base64=base64.b64encode(data).decode("ascii")
+        )
 
     @staticmethod
     def _readable(row: Attachment) -> Attachment:

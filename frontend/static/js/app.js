@@ -82,6 +82,7 @@ const composer = new Composer(
   },
   {
     conversationId: () => state.conversation?.id ?? null,
+    acceptsImages: () => picker.info()?.accepts_images ?? false,
     send: (text, attachments) => send(text, attachments),
     stop: () => api.post(`/api/conversations/${state.conversation.id}/stop`),
   },

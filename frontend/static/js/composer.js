@@ -140,7 +140,8 @@ export class Composer {
         chip.className = `chip chip-${attachment.status}`;
         chip.dataset.attachmentId = attachment.id;
         const size = formatBytes(attachment.size_bytes);
-        if (attachment.status !== "failed") meta.textContent = t("{size} · ready", { size });
+        if (attachment.status !== "failed" && attachment.kind === "image") meta.textContent = this.hooks.acceptsImages() ? t("{size} · ready · the model sees this image", { size }) : t("{size} · ready · this model cannot see images, only the file's name and type", { size });
+        else if (attachment.status !== "failed") meta.textContent = t("{size} · ready", { size });
         else if (attachment.note) meta.textContent = t("{size} · text could not be read: {note}", { size, note: attachment.note });
         else meta.textContent = t("{size} · text could not be read", { size });
         this.#refresh();

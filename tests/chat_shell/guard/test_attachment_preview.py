@@ -14,7 +14,7 @@ from backend.settings import Settings
 from chat_shell.accounting.text_counter import TiktokenText
 from chat_shell.accounting.token_counter import TokenCounter
 from chat_shell.contracts import AttachmentPage, AttachmentReader, AttachmentRef
-from chat_shell.guard.stages.attachment_preview.block import preview_parts, with_preview
+from chat_shell.guard.stages.attachment_preview.block import Shown, preview_parts, with_preview
 from chat_shell.guard.stages.attachment_preview.previewer import AttachmentPreviewer
 from chat_shell.messages.markers import markers, with_markers
 from tests.support.attachments import AttachmentWorld, attachment_world, count_tokens
@@ -187,22 +187,29 @@ async def test_rendering_is_deterministic(world: AttachmentWorld) -> None:
 async def test_a_message_shows_its_preview_in_front_of_what_the_user_wrote(world: AttachmentWorld) -> None:
     ident = await world.attach("a.txt", b"alpha\n")
     message = with_markers(HumanMessage("What is in the file?", id="u1"), attachment_ids=[ident])
-    assert preview_parts(message) == (None, "What is in the file?")
+    assert preview_parts(message) == Shown(None, (), "What is in the file?")
     block = (await previewer(world, 1_000).render([ident])).text
     shown = with_preview(message, block, "What is in the file?")
     assert shown.id == "u1" and shown.content == f"{block}\n\nWhat is in the file?"
     found = markers(shown)
     assert found.attachment_preview is True and found.attachment_preview_chars == len(block)
     assert found.attachment_ids == [ident]
-    assert preview_parts(shown) == (block, "What is in the file?")
+    assert preview_parts(shown) == Shown(block, (), "What is in the file?")
     # A user text that itself contains a closing tag does not confuse the split.
     tricky = with_preview(message, block, "</attachments>\n\nsee above")
-    assert preview_parts(tricky) == (block, "</attachments>\n\nsee above")
+    assert preview_parts(tricky) == Shown(block, (), "</attachments>\n\nsee above")
     # List content keeps its parts after the preview part.
     parts = [{"type": "text", "text": "q"}]
     listed = with_preview(HumanMessage(parts, id="u3"), block, parts)
     assert listed.content == [{"type": "text", "text": block}, {"type": "text", "text": "q"}]
-    assert preview_parts(listed) == (block, parts)
+    assert preview_parts(listed) == Shown(block, (), parts)
     # A marked message whose content another stage rewrote is not split.
     rewritten = shown.model_copy(update={"content": "[cut] " + str(shown.content)})
     assert preview_parts(rewritten) is None
+    # Pictures sit between the block and the user's words, which become a text part.
+    picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}
+    pictured = with_preview(message, block, "What is in the file?", (picture,))
+    own = [{"type": "text", "text": "What is in the file?"}]
+    assert pictured.content == [{"type": "text", "text": block}, picture, *own]
+    assert markers(pictured).attachment_preview_images == 1
+    assert preview_parts(pictured) == Shown(block, (picture,), own)

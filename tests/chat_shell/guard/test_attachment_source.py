@@ -4,7 +4,9 @@ history, show bounded previews read through the package-mode reader over real up
 from __future__ import annotations
 
 import re
+from base64 import b64encode
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -18,12 +20,13 @@ from chat_shell.accounting.token_counter import TokenCounter
 from chat_shell.guard.context_guard import UnifiedContextGuard
 from chat_shell.guard.factory import build_guard
 from chat_shell.guard.protocol import GuardContext, fixed_tools
-from chat_shell.guard.stages.attachment_preview.block import preview_parts
+from chat_shell.guard.stages.attachment_preview.block import Shown, preview_parts
+from chat_shell.messages.convert import to_chain, to_langchain
 from chat_shell.messages.markers import markers, with_markers
 from chat_shell.providers.profiles import ModelProfile, resolve_profile
 from tests.chat_shell.guard.helpers import Recorder, step, tool_round
 from tests.support.attachments import AttachmentWorld, attachment_world, count_tokens
-from tests.support.files import log_bytes, thirty_page_pdf
+from tests.support.files import PNG_1X1, log_bytes, thirty_page_pdf
 
 GPT4O = resolve_profile("gpt-4o")
 # 40k window: available 36,000, trigger 30,600, attachment budget 9,000 (a quarter of available).
@@ -68,8 +71,8 @@ def user(text: str, message_id: str, *attachment_ids: int) -> BaseMessage:
 
 def block_of(message: BaseMessage) -> str:
     parts = preview_parts(message)
-    assert parts is not None and parts[0] is not None, message
-    return parts[0]
+    assert parts is not None and parts.block is not None, message
+    return parts.block
 
 
 async def test_current_and_history_messages_show_bounded_previews_as_same_id_upserts(
@@ -98,7 +101,7 @@ async def test_current_and_history_messages_show_bounded_previews_as_same_id_ups
     ]:
         block = block_of(shown[message_id])
         assert count_tokens(block) <= budget
-        assert preview_parts(shown[message_id]) == (block, question)
+        assert preview_parts(shown[message_id]) == Shown(block, (), question)
         assert markers(shown[message_id]).attachment_preview is True
         assert state[[m.id for m in state].index(message_id)] is shown[message_id]  # state holds the preview
     assert "Truncated: yes" in block_of(shown["u-1"]) and "read_attachment(attachment_id=" in block_of(
@@ -139,6 +142,29 @@ async def test_previews_are_deterministic_and_a_reloaded_preview_is_kept_as_it_i
     assert "messages" not in update and update["llm_input_messages"][1] is one[1]
 
 
+async def test_a_checkpointed_picture_is_shown_again_not_its_placeholder(world: AttachmentWorld) -> None:
+    image = await world.attach("dot.png", PNG_1X1)
+    seer = replace(GPT4O, accepts_images=True)
+    guard, _ = new_guard(world, seer)
+    shown = (await guard({"messages": [user("what is it?", "u-1", image)]}))["llm_input_messages"][0]
+    picture = {
+        "type": "image_url",
+        "image_url": {"url": f"data:image/png;base64,{b64encode(PNG_1X1).decode()}"},
+    }
+    assert preview_parts(shown) == Shown(
+        block_of(shown), (picture,), [{"type": "text", "text": "what is it?"}]
+    )
+    # A chain stores the picture as a text placeholder; the next turn shows the picture again.
+    stored = to_langchain(to_chain(shown))
+    assert "base64" not in str(stored.content)
+    again, _ = new_guard(world, seer)
+    (restored,) = (await again({"messages": [stored]}))["messages"]
+    assert restored.content == shown.content
+    # The same message on the same turn is left as it is.
+    kept, _ = new_guard(world, seer)
+    assert "messages" not in await kept({"messages": [shown]})
+
+
 async def test_a_stale_preview_is_replaced_never_nested(world: AttachmentWorld) -> None:
     kept = await world.attach("kept.txt", b"kept text\n")
     gone = await world.attach("gone.log", log_bytes(200_000, seed=9))
@@ -151,7 +177,7 @@ async def test_a_stale_preview_is_replaced_never_nested(world: AttachmentWorld) 
     (replaced,) = update["messages"]
     block = block_of(replaced)
     assert len(OPENINGS.findall(str(replaced.content))) == 1
-    assert preview_parts(replaced) == (block, "both files")
+    assert preview_parts(replaced) == Shown(block, (), "both files")
     assert "kept text" in block and f"ID: {gone} | unavailable" in block and "ERROR" not in block
 
 

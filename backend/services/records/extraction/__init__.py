@@ -13,7 +13,7 @@ from typing import Any, Literal
 from backend.services.records.extraction.detection import DetectedType, detect
 from backend.services.records.extraction.errors import ExtractionFailed, ExtractionStopped
 from backend.services.records.extraction.limits import ExtractionLimits
-from backend.services.records.extraction.parsers import PARSERS
+from backend.services.records.extraction.parsers import PARSERS, check_image
 from backend.services.records.extraction.store import ExtractWriter, StoredExtract
 
 __all__ = [
@@ -67,6 +67,11 @@ def extract(
     notes: dict[str, Any] = {"kind": detected.kind, "max_chars": max_chars}
     parser = PARSERS.get(detected.kind)
     if parser is None:
+        if detected.kind == "image":
+            try:
+                notes.update(check_image(original))
+            except ExtractionFailed as exc:
+                return failed(detected, max_chars, exc)
         notes["note"] = _NOT_EXTRACTED[detected.kind]
         return Extraction(detected, "ready", None, notes)
     writer = ExtractWriter(workdir, max_chars)

@@ -20,6 +20,7 @@ from xml.etree import ElementTree
 
 import docx
 import openpyxl
+import PIL.Image
 from bs4 import BeautifulSoup
 from docx.table import Table
 from lxml import etree
@@ -206,6 +207,20 @@ def _encoding_name(encoding: str) -> str:
 
 
 Parser = Callable[[Path, DetectedType, ExtractWriter, ExtractionLimits], Notes]
+
+
+def check_image(path: Path) -> Notes:
+    """An image's format and size, after Pillow checked its structure (chunk checksums and
+    the like, without decoding every pixel): a corrupt image is never shown to a model."""
+    try:
+        with PIL.Image.open(path) as image:
+            notes: Notes = {"width": image.width, "height": image.height}
+            image.verify()
+    except (OSError, SyntaxError, ValueError, PIL.Image.DecompressionBombError) as exc:
+        raise ExtractionFailed(f"the image could not be decoded ({exc})") from None
+    return notes
+
+
 PARSERS: dict[str, Parser] = {
     "text": parse_text,
     "code": parse_text,

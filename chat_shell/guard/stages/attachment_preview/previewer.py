@@ -11,7 +11,10 @@ one `<attachments>` block in front of the content (`block`):
   a type-aware hint to call `read_attachment(attachment_id, offset, limit)` (`wording`);
 - images, binaries, empty files, failed extractions and deleted attachments get a header and a
   clear note, never a body; when even full headers do not fit (many attachments), a compact list
-  that stays within the budget.
+  that stays within the budget;
+- for a model that accepts images, image attachments (`shows_as_image`) are also shown as image
+  parts after the block, each counted at `IMAGE_PART_TOKENS` from the same budget: as many as
+  take at most half of it, in the message's order; the rest are described as for other models.
 
 Only the head and tail of each text are read (through `AttachmentReader`), never the whole of a
 large one. The guard's attachment source (`source`) decides when a message shows which preview.
@@ -21,11 +24,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from chat_shell.accounting.text_counter import FETCH_CHARS_PER_TOKEN, HEAD_SHARE
-from chat_shell.accounting.token_counter import TokenCounter
-from chat_shell.contracts import AttachmentReader
+from chat_shell.accounting.token_counter import IMAGE_PART_TOKENS, TokenCounter
+from chat_shell.contracts import AttachmentImage, AttachmentReader, shows_as_image
 from chat_shell.guard.stages.attachment_preview.block import CLOSING, OPENING
 from chat_shell.guard.stages.attachment_preview.wording import (
     COMPACT_INTRO,
@@ -66,6 +70,12 @@ class PreviewStats:
 class RenderedPreview:
     text: str
     stats: PreviewStats
+    # Image parts shown after the block (OpenAI's `image_url` form with a data URL).
+    images: tuple[dict[str, Any], ...] = ()
+
+
+def image_part(image: AttachmentImage) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": f"data:{image.mime_type};base64,{image.data_base64}"}}
 
 
 @dataclass(frozen=True)
@@ -105,11 +115,18 @@ class AttachmentPreviewer:
     """
 
     def __init__(
-        self, reader: AttachmentReader, conversation_id: int, budget_tokens: int, counter: TokenCounter
+        self,
+        reader: AttachmentReader,
+        conversation_id: int,
+        budget_tokens: int,
+        counter: TokenCounter,
+        *,
+        images: bool = False,
     ) -> None:
         self._reader = reader
         self._conversation_id = conversation_id
         self._budget = budget_tokens
+        self._images = images
         self._counter = counter
         self._count = counter.count_text
         self._cache: dict[tuple[int, ...], RenderedPreview] = {}
@@ -127,10 +144,36 @@ class AttachmentPreviewer:
         entries = await asyncio.gather(
             *(self._entry(position, ident) for position, ident in enumerate(attachment_ids, 1))
         )
-        full = await self._render_full(entries)
-        if full is not None:
-            return full
-        return self._render_compact(entries)
+        entries, images = await self._pictures(entries)
+        budget = self._budget - len(images) * IMAGE_PART_TOKENS
+        preview = await self._render_full(entries, budget) or self._render_compact(entries, budget)
+        if not images:
+            return preview
+        stats = replace(
+            preview.stats, preview_tokens=preview.stats.preview_tokens + len(images) * IMAGE_PART_TOKENS
+        )
+        return RenderedPreview(preview.text, stats, images)
+
+    async def _pictures(self, entries: list[Entry]) -> tuple[list[Entry], tuple[dict[str, Any], ...]]:
+        """The entries, those shown as pictures marked so, and their image parts in order."""
+        if not self._images:
+            return entries, ()
+        room = self._budget // 2 // IMAGE_PART_TOKENS
+        chosen = [e for e in entries if e.ref is not None and shows_as_image(e.ref)][:room]
+        fetched = await asyncio.gather(
+            *(self._reader.image(self._conversation_id, e.attachment_id) for e in chosen),
+            return_exceptions=True,
+        )
+        shown = {
+            e.position: image
+            for e, image in zip(chosen, fetched, strict=True)
+            if isinstance(image, AttachmentImage)
+        }
+        for failure in fetched:
+            if isinstance(failure, BaseException) and not isinstance(failure, LookupError):
+                raise failure
+        marked = [replace(e, shown_as_image=True) if e.position in shown else e for e in entries]
+        return marked, tuple(image_part(shown[position]) for position in sorted(shown))
 
     async def _entry(self, position: int, attachment_id: int) -> Entry:
         try:
@@ -145,7 +188,7 @@ class AttachmentPreviewer:
             opening += "\nIDs: " + ", ".join(str(entry.attachment_id) for entry in entries)
         return opening, CLOSING
 
-    async def _render_full(self, entries: Sequence[Entry]) -> RenderedPreview | None:
+    async def _render_full(self, entries: Sequence[Entry], budget: int) -> RenderedPreview | None:
         """Headers for all, bodies water-filled; None when the headers alone do not fit."""
         n = len(entries)
         opening, closing = self._frame(entries)
@@ -155,19 +198,19 @@ class AttachmentPreviewer:
             if not entry.readable:
                 fixed_parts.append(note(entry))
         fixed = self._count("\n".join(fixed_parts)) + _JOIN_SLACK
-        if fixed > self._budget:
+        if fixed > budget:
             return None
-        plans = await self._water_fill([e for e in entries if e.readable], self._budget - fixed)
+        plans = await self._water_fill([e for e in entries if e.readable], budget - fixed)
         if plans is None:
             return None
         for _ in range(_MAX_SHRINK_ROUNDS):
             text, bound = self._assemble(entries, plans)
             # The sum of the parts' counts (plus one per line join) bounds the block's count;
             # only when that bound is over budget is the whole block counted exactly.
-            tokens = bound if bound <= self._budget else self._count(text)
-            if tokens <= self._budget:
+            tokens = bound if bound <= budget else self._count(text)
+            if tokens <= budget:
                 return RenderedPreview(text, self._stats(entries, plans, tokens))
-            plans = self._shrink(plans, tokens - self._budget)
+            plans = self._shrink(plans, tokens - budget)
         return None
 
     async def _water_fill(self, readable: Sequence[Entry], remaining: int) -> dict[int, _Plan] | None:
@@ -268,7 +311,8 @@ class AttachmentPreviewer:
         header_only = 0
         for entry in entries:
             if not entry.readable:
-                parts += [(header(entry, n, "0", False), None), (note(entry), None)]
+                shown = f"~{IMAGE_PART_TOKENS}" if entry.shown_as_image else "0"
+                parts += [(header(entry, n, shown, False), None), (note(entry), None)]
                 continue
             assert entry.ref is not None
             plan = plans[entry.position]
@@ -296,7 +340,7 @@ class AttachmentPreviewer:
         )
         return "\n".join(text for text, _ in parts), bound
 
-    def _render_compact(self, entries: Sequence[Entry]) -> RenderedPreview:
+    def _render_compact(self, entries: Sequence[Entry], budget: int) -> RenderedPreview:
         """One short line per attachment, as many as fit, then a count of the rest."""
         n = len(entries)
         opening = f'{OPENING}"{n}">'
@@ -313,11 +357,11 @@ class AttachmentPreviewer:
             )
             text = "\n".join([opening, intro, *lines[:kept], *more, closing])
             tokens = self._count(text)
-            if tokens <= self._budget or kept == 0:
+            if tokens <= budget or kept == 0:
                 break
-            over_ratio = self._budget / tokens
+            over_ratio = budget / tokens
             kept = min(kept - 1, int(kept * over_ratio))
-        if tokens > self._budget:
+        if tokens > budget:
             text, tokens = "", 0
         stats = PreviewStats(
             attachments=n,

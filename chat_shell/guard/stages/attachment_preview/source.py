@@ -14,7 +14,7 @@ water-filled smallest-first, headers, head/tail, type-aware `read_attachment` hi
   already showing the current block is left alone (idempotent, through the
   `attachment_preview` marker); a stale block (an attachment deleted since, another budget) is
   replaced, never nested.
-- `attribute` claims the block's tokens for the `attachments` breakdown bucket.
+- `attribute` claims the block's tokens, and its image parts', for the `attachments` bucket.
 
 Renders are deterministic, so every turn shows the same bytes and provider prefix caches hold.
 A `context_protection.attachment_preview` trace event is recorded only when a preview left text
@@ -29,8 +29,9 @@ from time import perf_counter
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
+from chat_shell.accounting.token_counter import IMAGE_PART_TOKENS
 from chat_shell.contracts import AttachmentReader
-from chat_shell.guard.stages.attachment_preview.block import preview_parts, with_preview
+from chat_shell.guard.stages.attachment_preview.block import Shown, preview_parts, with_preview
 from chat_shell.guard.stages.attachment_preview.previewer import (
     AttachmentPreviewer,
     PreviewStats,
@@ -54,8 +55,11 @@ class AttachmentPreviewSource:
     name = "attachment_preview"
     adds_content = True
 
-    def __init__(self, conversation_id: int, reader: AttachmentReader | None) -> None:
+    def __init__(
+        self, conversation_id: int, reader: AttachmentReader | None, *, images: bool = False
+    ) -> None:
         self._conversation_id = conversation_id
+        self._images = images
         self._reader = CachingAttachmentReader(reader if reader is not None else NoAttachmentReader())
         self._previewers: tuple[AttachmentPreviewer, AttachmentPreviewer] | None = None
         self._previews: dict[tuple[int, ...], _Previews] = {}
@@ -72,7 +76,9 @@ class AttachmentPreviewSource:
                 continue
             previews = await self._previews_for(_ids(message), ctx)
             parts = preview_parts(message)
-            if parts is not None and parts[0] not in (previews.normal.text, previews.emergency.text):
+            if parts is not None and not (
+                _showing(parts, previews.normal) or _showing(parts, previews.emergency)
+            ):
                 shown.append(previews.normal.stats)
         _trace(shown, perf_counter() - started)
 
@@ -83,22 +89,22 @@ class AttachmentPreviewSource:
         parts = preview_parts(message)
         if previews is None or parts is None:
             return None
-        block, own = parts
         target = previews.emergency if emergency else previews.normal
         # Under the normal policy a block already cut to the emergency policy stays as it is.
-        if block == target.text or (not emergency and block == previews.emergency.text):
+        if _showing(parts, target) or (not emergency and _showing(parts, previews.emergency)):
             return None
-        return with_preview(message, target.text, own)
+        return with_preview(message, target.text, parts.own, target.images)
 
     def attribute(self, message: BaseMessage, tokens: int, ctx: SourceContext) -> Mapping[str, int]:
         parts = preview_parts(message)
-        block = parts[0] if parts is not None else None
+        block = parts.block if parts is not None else None
         if not block:
             return {}
         counted = self._block_tokens.get(block)
         if counted is None:
             counted = self._block_tokens[block] = ctx.counter.count_text(block)
-        return {BUCKET: counted}
+        assert parts is not None
+        return {BUCKET: counted + len(parts.images) * IMAGE_PART_TOKENS}
 
     async def _previews_for(self, ids: tuple[int, ...], ctx: SourceContext) -> _Previews:
         found = self._previews.get(ids)
@@ -112,12 +118,24 @@ class AttachmentPreviewSource:
             budget = ctx.budget.attachment_preview_tokens
             counter = ctx.counter
             self._previewers = (
-                AttachmentPreviewer(self._reader, self._conversation_id, budget, counter),
                 AttachmentPreviewer(
-                    self._reader, self._conversation_id, max(1, int(budget * EMERGENCY_RATIO)), counter
+                    self._reader, self._conversation_id, budget, counter, images=self._images
+                ),
+                AttachmentPreviewer(
+                    self._reader,
+                    self._conversation_id,
+                    max(1, int(budget * EMERGENCY_RATIO)),
+                    counter,
+                    images=self._images,
                 ),
             )
         return self._previewers
+
+
+def _showing(parts: Shown, preview: RenderedPreview) -> bool:
+    """Whether the message already shows `preview`: its block, and its pictures (not the text
+    placeholders a chain stored in their place)."""
+    return parts.block == preview.text and parts.images == preview.images
 
 
 def _ids(message: BaseMessage) -> tuple[int, ...]:

@@ -36,6 +36,8 @@ class Entry:
     attachment_id: int
     ref: AttachmentRef | None
     problem: str | None  # why it cannot be read (LookupError from the reader)
+    # The model is shown the picture itself, as an image part after the block.
+    shown_as_image: bool = False
 
     @property
     def readable(self) -> bool:
@@ -67,6 +69,8 @@ def note(entry: Entry) -> str:
         return f"(Text extraction failed: {reason}. The file is stored; its text is not available.)"
     if ref.status == "uploading":
         return "(Still being processed; its text is not available yet.)"
+    if ref.kind == "image" and entry.shown_as_image:
+        return "(Image: shown to you as a picture after this block, in the order of this list.)"
     if ref.kind == "image":
         return "(Image: stored, no text extracted. You cannot see its content; say so if asked about it.)"
     if ref.kind == "empty":
