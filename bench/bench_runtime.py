@@ -115,6 +115,19 @@ def _rss_mb() -> float:
     return psutil.Process(os.getpid()).memory_info().rss / 2**20
 
 
+def _overheads(
+    what: str, sample: str, medians: dict[tuple[str, str], float], *, digits: int, target_ms: float
+) -> None:
+    """One line per clock: the bare and runtime medians in ms, the overhead against its target."""
+    for kind in ("wall", "cpu"):
+        bare, runtime = medians[("bare", kind)], medians[("runtime", kind)]
+        print(
+            f"{what}, {kind} time ({sample}): bare {bare:.{digits}f} ms, "
+            f"runtime {runtime:.{digits}f} ms, overhead {runtime - bare:.{digits}f} ms "
+            f"(target <= {target_ms:g} ms), ratio {runtime / bare:.2f}x"
+        )
+
+
 async def main(quick: bool) -> None:
     provider = ScriptedProvider()
     async with serve(provider.app) as url:
@@ -177,21 +190,9 @@ async def main(quick: bool) -> None:
         provider.close()
 
     print(f"runtime benchmark ({'quick' if quick else 'full'}), scripted provider in-process, empty guard")
-    for kind in ("wall", "cpu"):
-        bare_ttft, runtime_ttft = first_token[("bare", kind)], first_token[("runtime", kind)]
-        print(
-            f"time to first token, {kind} time (median of {runs}): bare {bare_ttft:.2f} ms, "
-            f"runtime {runtime_ttft:.2f} ms, overhead {runtime_ttft - bare_ttft:.2f} ms (target <= 15 ms), "
-            f"ratio {runtime_ttft / bare_ttft:.2f}x"
-        )
+    _overheads("time to first token", f"median of {runs}", first_token, digits=2, target_ms=15)
     pieces = stream_runtime[0].pieces
-    for kind in ("wall", "cpu"):
-        bare_token, runtime_token = per_token[("bare", kind)], per_token[("runtime", kind)]
-        print(
-            f"per token, {kind} time ({pieces} pieces, median of {long_runs}): bare {bare_token:.4f} ms, "
-            f"runtime {runtime_token:.4f} ms, overhead {runtime_token - bare_token:.4f} ms "
-            f"(target <= 0.2 ms), ratio {runtime_token / bare_token:.2f}x"
-        )
+    _overheads("per token", f"{pieces} pieces, median of {long_runs}", per_token, digits=4, target_ms=0.2)
     print(
         f"resident memory: after {first} turns {rss_first:.1f} MB, after {total} turns {rss_total:.1f} MB, "
         f"ratio {rss_total / rss_first:.3f} (target <= 1.05); checkpoints left: {leftover}"
