@@ -22,6 +22,7 @@ from backend.secret_policy import new_secret
 from backend.settings import Settings
 from tests.support import telemetry as telemetry_support
 from tests.support.api import PASSWORD, login, new_operator, new_user, register
+from tests.support.files import PNG_1X1
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import serve
 from tests.support.uploads import CONTENT_TYPE, multipart_body, upload_ok
@@ -141,6 +142,7 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", f"{CONV}/messages/{{message_id}}/text"): owner_only(200),
     ("GET", f"{CONV}/attachments/{{attachment_id}}"): owner_only(200),
     ("GET", f"{CONV}/attachments/{{attachment_id}}/text"): owner_only(200),
+    ("GET", f"{CONV}/attachments/{{attachment_id}}/image"): owner_only(200),
     ("GET", f"{CONV}/mcp-servers"): owner_only(200),
     ("PUT", f"{CONV}/mcp-servers"): owner_only(200, body=_json({"servers": []})),
     # Share links: made and revoked by the owner; what a link shows is for anyone who has it.
@@ -224,9 +226,10 @@ class Cast:
 
 
 async def _answered_conversation(owner: httpx.AsyncClient, provider: ScriptedProvider) -> tuple[int, int]:
-    """A conversation with one finished turn that was sent an attachment."""
+    """A conversation with one finished turn that was sent an attachment (an image, so that
+    every attachment route, its bytes for a model included, answers the owner)."""
     cid = (await owner.post("/api/conversations", json={"title": "owned"})).json()["id"]
-    attachment = await upload_ok(owner, "owned.txt", b"the owner's notes", conversation_id=cid)
+    attachment = await upload_ok(owner, "owned.png", PNG_1X1, conversation_id=cid)
     provider.script(text("An answer."))
     sent = await owner.post(
         f"/api/conversations/{cid}/messages",
