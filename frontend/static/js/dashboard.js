@@ -29,7 +29,8 @@ const SOURCES = {
 const $ = (id) => document.getElementById(id);
 
 const percent = (v) => (v == null ? "—" : formatPercent(Math.round(v * 100)));
-const ms = (v) => (v == null ? "—" : v >= 1000 ? t("{value} s", { value: formatDecimal(v / 1000, 1) }) : t("{value} ms", { value: formatDecimal(v, 0) }));
+// Seconds from what would round to 1,000 ms (999.6 ms reads "1.0 s", never "1,000 ms").
+const ms = (v) => (v == null ? "—" : Math.round(v) >= 1000 ? t("{value} s", { value: formatDecimal(v / 1000, 1) }) : t("{value} ms", { value: formatDecimal(v, 0) }));
 const ratio = (v) => (v == null ? "—" : formatDecimal(v, 2));
 
 const params = new URLSearchParams(location.search);
