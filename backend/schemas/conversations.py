@@ -5,12 +5,12 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 from backend.models import Attachment, Conversation, Message, Preset
-from backend.models.base import MAX_INT
+from backend.models.base import MAX_BIG_ID, MAX_INT
 
 # Result fields a user may see; `messages_chain` is the model-visible view and stays internal.
 USER_VISIBLE_RESULT_KEYS = (
@@ -196,7 +196,9 @@ class SendMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     content: str = Field(default="", max_length=200_000)
-    attachment_ids: list[int] = Field(default_factory=list, max_length=100)
+    attachment_ids: list[Annotated[int, Field(ge=1, le=MAX_BIG_ID)]] = Field(
+        default_factory=list, max_length=100
+    )
     # Edit and resend: the `message_id` of the question this message is a new version of (it
     # keeps that one's files and follows the same message).
     edits: int | None = Field(default=None, ge=1, le=MAX_INT)

@@ -81,6 +81,8 @@ def _id_routes(cid: int, huge: int) -> list[tuple[str, str, dict[str, object] | 
         ("GET", f"{base}/{cid}/messages?before_message_id={huge}", None),
         ("GET", f"{base}/{huge}/export", None),
         ("POST", f"{base}/{huge}/messages", {"content": "hi"}),
+        ("POST", f"{base}/{cid}/messages", {"content": "hi", "attachment_ids": [huge]}),
+        ("GET", f"{base}/{cid}/attachments/{huge}/image", None),
         ("POST", f"{base}/{huge}/regenerate", None),
         ("POST", f"{base}/{huge}/stop", None),
         ("GET", f"{base}/{huge}/stream", None),
