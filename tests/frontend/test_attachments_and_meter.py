@@ -181,8 +181,9 @@ def test_one_total_in_the_pill_the_panel_and_the_dashboard(page: Page, stack: St
 
 
 def test_sent_images_show_a_thumbnail_and_other_files_their_type(
-    page: Page, stack: Stack, username: str
+    sized: Page, stack: Stack, username: str
 ) -> None:
+    page = sized
     start(page, stack, username)
     page.locator("#file-input").set_input_files(
         files=[
@@ -207,4 +208,4 @@ def test_sent_images_show_a_thumbnail_and_other_files_their_type(
     table = sent.locator(".chip", has_text="table.csv")
     expect(table.locator("img")).to_have_count(0)
     expect(table.locator("svg.icon")).to_have_count(1)
-    screenshot(page, "attachment-chips")
+    screenshot(page, f"attachment-chips-{page.viewport_size['width']}")  # type: ignore[index]

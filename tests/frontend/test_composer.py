@@ -142,7 +142,14 @@ def test_on_a_phone_enter_adds_a_line_and_the_button_sends(phone: Page, stack: S
     box.press_sequentially("Line two")
     expect(box).to_have_value("Line one\nLine two")
     expect(page.locator(".msg")).to_have_count(0)
-    page.get_by_role("button", name="Send").tap()
+    # The impatient double tap, its second tap after Stop has appeared: it lands where Send was,
+    # which must still be Send (a no-op on an empty box), never Stop.
+    send_button = page.get_by_role("button", name="Send")
+    spot = send_button.bounding_box()
+    assert spot is not None
+    send_button.tap()
+    expect(page.get_by_role("button", name="Stop")).to_be_visible()
+    page.touchscreen.tap(spot["x"] + spot["width"] / 2, spot["y"] + spot["height"] / 2)
     expect(last_assistant(page)).to_have_attribute("data-status", "running")
     expect(box).to_be_focused()
     expect(box).to_have_value("")
@@ -152,6 +159,7 @@ def test_on_a_phone_enter_adds_a_line_and_the_button_sends(phone: Page, stack: S
     wait_finished(page)
     expect(box).to_have_value("Next one")
     messages = stored(client, conversation_id(page))
+    assert [m["role"] for m in messages] == ["user", "assistant"]
     assert messages[0]["content"] == "Line one\nLine two"
     assert messages[-1]["status"] == "completed"
 

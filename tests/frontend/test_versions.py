@@ -60,7 +60,8 @@ def test_regenerate_and_switch_versions_in_place(sized: Page, stack: Stack, user
     ]
 
 
-def test_edit_and_resend_is_a_new_version_of_the_question(page: Page, stack: Stack, username: str) -> None:
+def test_edit_and_resend_is_a_new_version_of_the_question(sized: Page, stack: Stack, username: str) -> None:
+    page = sized
     client = start(page, stack, username)
     send(page, "My budget is 100 euros")
     wait_finished(page)
@@ -72,7 +73,7 @@ def test_edit_and_resend_is_a_new_version_of_the_question(page: Page, stack: Sta
     editor = page.get_by_label("Edit your message")
     expect(editor).to_be_focused()
     editor.fill("Suggest a hostel")
-    screenshot(page, "editing")
+    screenshot(page, f"editing-{page.viewport_size['width']}")  # type: ignore[index]
     editor.press("Enter")
     expect(last_assistant(page)).to_contain_text("Echo: Suggest a hostel")
     wait_finished(page)
@@ -90,7 +91,8 @@ def test_edit_and_resend_is_a_new_version_of_the_question(page: Page, stack: Sta
     ]
 
 
-def test_retry_after_a_failed_reply_replaces_it_in_place(page: Page, stack: Stack, username: str) -> None:
+def test_retry_after_a_failed_reply_replaces_it_in_place(sized: Page, stack: Stack, username: str) -> None:
+    page = sized
     start(page, stack, username)
     stack.provider.script(text("Half an ans", stream_fault="error_event"), text("The whole answer."))
     send(page, "Answer me")

@@ -25,6 +25,10 @@ export class Composer {
   }
 
   #wire() {
+    // Pressing Send or Stop leaves the focus (and a phone's keyboard) in the box.
+    for (const button of [this.sendButton, this.stopButton]) {
+      button.addEventListener("pointerdown", (event) => event.preventDefault());
+    }
     this.form.addEventListener("submit", (event) => {
       event.preventDefault();
       this.input.focus(); // after a tap on Send, typing goes on in the box
@@ -123,7 +127,10 @@ export class Composer {
 
   #refresh() {
     const uploading = this.uploads.some((u) => u.state === "uploading");
-    this.sendButton.disabled = this.sending || Boolean(this.queued) || uploading || Boolean(this.blocked);
+    // aria-disabled, not disabled: a tap on a disabled button takes the focus from the box (and
+    // closes a phone's keyboard); `submit` ignores the press itself.
+    const held = this.sending || Boolean(this.queued) || uploading || Boolean(this.blocked);
+    this.sendButton.setAttribute("aria-disabled", String(held));
     this.chips.hidden = this.uploads.length === 0;
   }
 
