@@ -36,15 +36,24 @@ def test_chain_round_trip_keeps_markers_and_tool_calls() -> None:
 
 def test_multimodal_tool_output_is_json_with_media_replaced() -> None:
     content = [
-        {"type": "text", "text": "chart attached"},
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        {"type": "text", "text": "chart attached"},
     ]
     rendered = tool_output_text(content)
     assert json.loads(rendered) == [
-        {"type": "text", "text": "chart attached"},
         {"type": "text", "text": "[image_url image/png omitted]"},
+        {"type": "text", "text": "chart attached"},
     ]
     assert "base64" not in rendered and "{'type'" not in rendered
+
+
+def test_a_tool_result_with_pictures_is_its_text_with_a_placeholder_line_for_each() -> None:
+    picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    assert tool_output_text([{"type": "text", "text": "chart attached"}, picture]) == (
+        "chart attached\n[image image/png 3 B]"
+    )
+    described = [{"type": "text", "text": "chart attached\n[image image/png 3 B]"}, picture]
+    assert tool_output_text(described) == "chart attached\n[image image/png 3 B]"
 
 
 def test_initial_messages_order_and_stable_user_id() -> None:
