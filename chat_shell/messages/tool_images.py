@@ -52,12 +52,13 @@ def image_url_part(mime_type: str, data_base64: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": f"data:{mime_type};base64,{data_base64}"}}
 
 
-def placeholder(kind: str, mime_type: str, size: int | None, reason: str | None = None) -> str:
-    """The stable line that stands for a media part in the text: kind, type, size, and why the
-    model is not shown it (None: it may be shown)."""
-    described = " ".join(
-        part for part in (kind, mime_type, byte_size(size) if size is not None else "") if part
-    )
+def placeholder(
+    kind: str, mime_type: str, size: int | None, reason: str | None = None, *, address: str | None = None
+) -> str:
+    """The stable line that stands for a media part in the text: kind, type, size (or the
+    address it was sent as), and why the model is not shown it (None: it may be shown)."""
+    shown = (kind, mime_type, byte_size(size) if size is not None else "", address or "")
+    described = " ".join(part for part in shown if part)
     return f"[{described}: not shown, {reason}]" if reason else f"[{described}]"
 
 
@@ -90,7 +91,7 @@ def _image(block: Mapping[str, Any]) -> _Media:
     if isinstance(url, str) and (found := _data_url(url)) is not None:
         mime, data = mime or found[0], found[1]
     elif isinstance(url, str):
-        return _Media(placeholder("image", mime, None, f"the tool sent only its address, {url}"))
+        return _Media(placeholder("image", mime, None, "the tool sent only its address", address=url))
     if not isinstance(data, str) or not data:
         return _Media(placeholder("image", mime, None, "the tool sent no image data"))
     if not mime.startswith("image/"):
