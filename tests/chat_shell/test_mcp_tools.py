@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from chat_shell.accounting.budget import budget_for
-from chat_shell.accounting.token_counter import TokenCounter
+from chat_shell.accounting.token_counter import IMAGE_PART_TOKENS, TokenCounter
 from chat_shell.api.app import create_service_app
-from chat_shell.contracts import TurnRuntime
+from chat_shell.contracts import ChainMessage, TurnRuntime
 from chat_shell.runtime import ChatShell
 from chat_shell.service_client import RemoteChatShell
 from chat_shell.sizes import byte_size
@@ -525,3 +525,40 @@ async def test_package_and_service_mode_show_an_mcp_image_alike(
     assert events[-1].type == "turn.completed"
     assert scripted_provider.chat_requests == in_process
     assert _completed(events)[0].output == f"dashboard at 10:00\n{PNG_LINE}"
+
+
+async def test_a_summary_in_the_middle_of_the_turn_keeps_the_picture_with_its_tool_result(
+    shell_with: ShellWith, scripted_provider: ScriptedProvider
+) -> None:
+    history = [
+        ChainMessage(role=role, content=log_text(6_000, n), id=f"h{n}")  # type: ignore[arg-type]
+        for n, role in enumerate(["user", "assistant"] * 3)
+    ]
+    settings = {"overhead_tokens": 0, "keep_tokens": 5_000}
+
+    async def run(trigger: int) -> list[Any]:
+        shell = shell_with(
+            ops=stdio_server(),
+            options={
+                "profile_overrides": {"*": {"accepts_images": True, "trigger_tokens": trigger, **settings}}
+            },
+        )
+        scripted_provider.script(tool_call("ops_snapshot"), text("A dashboard."))
+        return await collect(shell, make_request(1, "show me the dashboard", history=history))
+
+    probe = await run(1_000_000)
+    used = {e.snapshot.phase: e.snapshot.used_input for e in probe if e.type == "context.metrics"}
+    assert used["mid_turn"] > used["pre_turn"] + IMAGE_PART_TOKENS
+    scripted_provider.reset()
+    events = await run((used["pre_turn"] + used["mid_turn"]) // 2)  # crossed by the tool round
+    assert scripted_provider.chat_requests[0]["messages"][0]["content"] == log_text(6_000, 0)
+    assert events[-1].type == "turn.completed"
+    assert [e.record.status for e in events if e.type == "context.compaction"][-1] == "completed"
+    body = scripted_provider.chat_requests[-1]
+    roles = [m["role"] for m in body["messages"]]
+    assert roles[0] == "user" and body["messages"][0]["content"].startswith("[Summary of earlier turns]")
+    assert roles[-3:] == ["assistant", "tool", "user"]  # the kept tail: the round and its picture
+    assert _text_of(body["messages"][-2]) == f"dashboard at 10:00\n{PNG_LINE}"
+    assert _image_parts(body["messages"][-1]) == [PNG_PART]
+    assert sum(len(_image_parts(m)) for m in body["messages"]) == 1
+    assert events[-1].result.requests[-1].total_tokens == counted_as_sent(body)
