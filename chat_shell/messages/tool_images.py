@@ -16,7 +16,7 @@ tool messages. The design keeps every stage of the guard unaware of that extra m
    one entry per state message, and the counter counts the message as it goes out: its text in
    the tool message, and the user message that carries its pictures (framing, the label naming
    the call, `IMAGE_PART_TOKENS` per picture). The tool-output stage decides what the model is
-   shown (`governed`): a model without image input, and pictures past half the tool's output
+   shown (`ToolOutputSource`): a model without image input, and pictures past half the tool's output
    budget (the emergency policy's budget is smaller), keep only their placeholder, with the
    reason; the text is cut as for any tool output. Its output is a fixed point (re-running it
    changes nothing), and a summary's clones, a dropped round and a later hook call carry the
@@ -119,12 +119,11 @@ def _image(block: Mapping[str, Any]) -> _Media:
 def _media(block: Mapping[str, Any]) -> _Media:
     if block.get("type") in _IMAGE_TYPES:
         return _image(block)
-    data = block.get("base64")
+    data, url = block.get("base64"), block.get("url")
     size = _decoded_size(data) if isinstance(data, str) and data else None
-    kind = str(block.get("type") or "media")
-    return _Media(
-        placeholder(kind, str(block.get("mime_type") or ""), size, "only images are shown to models")
-    )
+    kind, mime = str(block.get("type") or "media"), str(block.get("mime_type") or "")
+    address = url if isinstance(url, str) else None
+    return _Media(placeholder(kind, mime, size, "only images are shown to models", address=address))
 
 
 def tool_result_content(content: Sequence[Any]) -> str | list[dict[str, Any]] | None:
@@ -221,10 +220,10 @@ def move_tool_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             moved.append(message)
             continue
         content = message.get("content")
-        pictures = [p for p in content if p.get("type") == "image_url"] if isinstance(content, list) else []
+        parts = content if isinstance(content, list) else []
+        pictures = [p for p in parts if isinstance(p, dict) and p.get("type") == "image_url"]
         if pictures:
-            assert isinstance(content, list)
-            text = [p for p in content if p.get("type") != "image_url"]
+            text = [p for p in parts if not (isinstance(p, dict) and p.get("type") == "image_url")]
             message = {**message, "content": text}
             label = {"type": "text", "text": images_label(str(message.get("tool_call_id") or ""))}
             carried.append({"role": "user", "content": [label, *pictures]})

@@ -180,6 +180,7 @@ def test_each_media_part_of_a_tool_result_becomes_a_placeholder_line_and_only_go
                 "base64": base64.b64encode(b"%PDF-1.7").decode(),
                 "mime_type": "application/pdf",
             },
+            {"type": "file", "url": "https://example.test/r.pdf", "mime_type": "application/pdf"},
         ]
     )
     assert isinstance(content, list)
@@ -197,6 +198,7 @@ def test_each_media_part_of_a_tool_result_becomes_a_placeholder_line_and_only_go
         "5.0 MB models are shown]",
         "[image image/png https://example.test/a.png: not shown, the tool sent only its address]",
         "[file application/pdf 8 B: not shown, only images are shown to models]",
+        "[file application/pdf https://example.test/r.pdf: not shown, only images are shown to models]",
     ]
     assert pictures == [image_url_part("image/png", png)] * 2
     assert tool_output_text(content) == first["text"]

@@ -7,7 +7,9 @@
     [exit_code=0 wall_time=1.2s]                       (only when known)
     [hint: ...how to get the rest...]
 
-Only outputs over the tool's budget change; the compact message keeps the original id (an
+Only outputs over the tool's budget change, and results with pictures
+(`chat_shell.messages.tool_images`): the model is shown those its input takes and the budget
+holds, the others keep only their placeholder line. The compact message keeps the original id (an
 upsert into state) and is marked `compacted`. Re-rendering is idempotent: a compact form that
 fits its policy is left alone, and a stricter policy re-cuts the kept head and tail without
 nesting headers, while `total_tokens` keeps describing the original output. The raw output is
