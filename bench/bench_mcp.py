@@ -39,7 +39,7 @@ from tests.support.mcp_servers import ROOT
 from tests.support.report_tool import generate_report
 
 TOOLS = 100
-STANDARD_TOOLS = 9  # the test server's own tools; the rest are numbered lookups
+STANDARD_TOOLS = 11  # the test server's own tools; the rest are numbered lookups
 OUTPUT_CHARS = 100_000
 TURN_START_MS = 50.0
 GUARD_RATIO = 1.5
