@@ -70,12 +70,26 @@ def test_a_draft_typed_while_a_reply_streams_survives_and_waits(
     expect(box).to_have_value("Second question, drafted meanwhile")
 
     # Sent while the next reply streams: it leaves the box at once and goes when the reply ends.
+    # The reply's stream connects only after the third message is queued (as on a slow network):
+    # its connecting must not take the queued notice away.
+    connecting: list[Route] = []
+
+    def hold(route: Route) -> None:
+        connecting.append(route)
+
+    page.route("**/api/conversations/*/stream?*", hold)
     box.press("Enter")
     expect(last_assistant(page)).to_have_attribute("data-status", "running")
     box.press_sequentially("Third")
     box.press("Enter")
     expect(box).to_have_value("")
-    expect(page.locator("#composer-status")).to_contain_text("sent when this reply ends")
+    notice = page.locator("#composer-status")
+    expect(notice).to_contain_text("sent when this reply ends")
+    for route in connecting:
+        route.continue_()
+    page.unroute("**/api/conversations/*/stream?*")
+    expect(last_assistant(page).locator(".md")).to_contain_text("word119")
+    expect(notice).to_contain_text("sent when this reply ends")
     expect(page.locator(".msg.user")).to_have_count(2)
     httpx.post(f"{stack.provider.base_url.removesuffix('/v1')}/_step").raise_for_status()
     expect(page.locator(".msg.user")).to_have_count(3, timeout=20_000)

@@ -229,10 +229,7 @@ function follow(turnId, view) {
       recordEvent(meta.receivedAt);
       transcript.followEnd();
     },
-    onConnection: (connection) => {
-      if (connection === "reconnecting") composer.say(t("Connection lost; reconnecting…"), "warning");
-      else composer.say("");
-    },
+    onConnection: (connection) => composer.connection(connection === "reconnecting"),
     onGiveUp: () => open(conversationId),
   });
   state.stream = stream;

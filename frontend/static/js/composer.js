@@ -18,6 +18,7 @@ export class Composer {
     this.sending = false;
     this.queued = null; // {text, entries}: sent when the running reply ends
     this.blocked = null; // why sending is held back (the local model is not ready), or null
+    this.connectionLost = false; // the "reconnecting" warning is what the status line says
     this.uploads = []; // {file, chip, progress, attachment, state, abort}
     this.dragDepth = 0;
     this.#wire();
@@ -79,12 +80,27 @@ export class Composer {
   }
 
   say(text, kind = "info") {
+    this.connectionLost = false;
     this.status.textContent = text ?? "";
     this.status.dataset.kind = kind;
   }
 
   focus() {
     this.input.focus();
+  }
+
+  // The reply's stream lost or regained its connection. Regaining it takes back only the
+  // warning that losing it put up: a queued message's notice (or an error) stays.
+  connection(lost) {
+    if (lost) {
+      this.say(t("Connection lost; reconnecting…"), "warning");
+      this.connectionLost = true;
+      return;
+    }
+    if (!this.connectionLost) return;
+    this.connectionLost = false;
+    if (this.queued) this.#sayQueued();
+    else this.say("");
   }
 
   // A reply is being written: Stop beside Send, the box stays as it is (and keeps the focus);
@@ -209,6 +225,7 @@ export class Composer {
       this.withdrawQueued();
       this.input.focus();
     });
+    this.connectionLost = false;
     this.status.replaceChildren(t("Your message is sent when this reply ends (or Stop it now). "), withdraw);
     this.status.dataset.kind = "info";
   }
