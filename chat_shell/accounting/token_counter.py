@@ -19,7 +19,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from chat_shell.accounting.text_counter import TextCounter, text_counter_for
-from chat_shell.contracts import TokenCount
+from chat_shell.contracts import IMAGE_PART_TYPES, TokenCount
 from chat_shell.messages import tool_images
 from chat_shell.messages.markers import MARKER_KEY
 from chat_shell.providers.profiles import ModelProfile
@@ -35,7 +35,6 @@ TOKENS_PER_TOOL_CALL = 3
 REPLY_PRIMING = 3
 # One image part at high detail (a 512-px tile set); calibration corrects the provider's real cost.
 IMAGE_PART_TOKENS = 765
-IMAGE_PART_TYPES = frozenset({"image_url", "image", "input_image"})
 
 
 def image_room(budget_tokens: int) -> int:

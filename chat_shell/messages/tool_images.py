@@ -39,10 +39,9 @@ from typing import Any
 
 import filetype
 
-from chat_shell.contracts import MAX_MODEL_IMAGE_BYTES, MODEL_IMAGE_TYPES
+from chat_shell.contracts import IMAGE_PART_TYPES, MAX_MODEL_IMAGE_BYTES, MODEL_IMAGE_TYPES
 from chat_shell.sizes import byte_size
 
-_IMAGE_TYPES = frozenset({"image", "image_url", "input_image"})
 _TYPE_NAMES = "PNG, JPEG, GIF or WebP"
 NO_IMAGE_INPUT = "this model does not take images"
 
@@ -117,7 +116,7 @@ def _image(block: Mapping[str, Any]) -> _Media:
 
 
 def _media(block: Mapping[str, Any]) -> _Media:
-    if block.get("type") in _IMAGE_TYPES:
+    if block.get("type") in IMAGE_PART_TYPES:
         return _image(block)
     data, url = block.get("base64"), block.get("url")
     size = _decoded_size(data) if isinstance(data, str) and data else None
@@ -137,7 +136,7 @@ def tool_result_content(content: Sequence[Any]) -> str | list[dict[str, Any]] | 
             return None
         if block.get("type") == "text" and isinstance(block.get("text"), str):
             lines.append(block["text"])
-        elif "base64" in block or "url" in block or block.get("type") in _IMAGE_TYPES:
+        elif "base64" in block or "url" in block or block.get("type") in IMAGE_PART_TYPES:
             media = _media(block)
             lines.append(media.line)
             if media.part is not None:

@@ -218,23 +218,18 @@ def test_json_outputs_keep_their_structure_readable() -> None:
 PICTURES = ToolOutputSource(images=True)
 
 
-def _picture(n: int) -> dict:
-    data = base64.b64encode(PNG_1X1 + bytes([n])).decode()
-    return {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}
-
-
 def _with_pictures(text: str, count: int) -> ToolMessage:
-    line = f"[image image/png {byte_size(len(PNG_1X1) + 1)}]"
+    """A tool result as the tool boundary shapes it: `text` and `count` distinct small PNGs."""
+    pictures = [base64.b64encode(PNG_1X1 + bytes([n])).decode() for n in range(count)]
     content = tool_result_content(
         [
             {"type": "text", "text": text},
-            *(
-                {"type": "image", "base64": _picture(n)["image_url"]["url"][22:], "mime_type": "image/png"}
-                for n in range(count)
-            ),
+            *({"type": "image", "base64": b64, "mime_type": "image/png"} for b64 in pictures),
         ]
     )
-    assert isinstance(content, list) and content[0]["text"].endswith(line)
+    assert isinstance(content, list) and content[0]["text"].endswith(
+        f"[image image/png {byte_size(len(PNG_1X1) + 1)}]"
+    )
     return tool(content)
 
 
