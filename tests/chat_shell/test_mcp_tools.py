@@ -488,6 +488,8 @@ async def test_a_model_that_accepts_images_gets_an_mcp_image_in_a_user_message_a
     assert [r.total_tokens for r in recorded[1:]] == [counted_as_sent(second), counted_as_sent(third)]
     (completed, _) = _completed(events)[:2]
     assert completed.output == f"dashboard at 10:00\n{PNG_LINE}"
+    # No event (and so no event log, block or stored chain) carries the picture's bytes.
+    assert not any(b64encode(PNG_1X1).decode() in event.model_dump_json() for event in events)
 
 
 async def test_a_malformed_mcp_image_becomes_a_placeholder_with_the_reason_and_the_turn_goes_on(
