@@ -122,7 +122,7 @@ def _check_model_reply(state: dict[str, Any], runtime: Runtime[AttemptRuntime]) 
     return {"messages": repaired}
 
 
-def text_result(result: ToolMessage | Command) -> ToolMessage | Command:
+def shaped_result(result: ToolMessage | Command) -> ToolMessage | Command:
     """A result made of parts (what MCP tools return) in the model-facing shape: text parts are
     one text, so the user's block, the guard's count and the compact form all see the text
     itself, not its JSON; media parts become placeholder lines, and the images a model may be
@@ -165,7 +165,7 @@ async def _announce_tool_call(
             )
     # The turn's MCP tools are not in the tool node (they come and go with their servers).
     with recording() as record:
-        result = text_result(
+        result = shaped_result(
             await execute(request if request.tool is not None else request.override(tool=tool))
         )
     if isinstance(result, ToolMessage) and record.outcome is not None:
