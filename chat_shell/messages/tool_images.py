@@ -15,12 +15,12 @@ tool messages. The design keeps every stage of the guard unaware of that extra m
 2. **In graph state and the guard's view** the tool message keeps that shape, so the view stays
    one entry per state message, and the counter counts the message as it goes out: its text in
    the tool message, and the user message that carries its pictures (framing, the label naming
-   the call, `IMAGE_PART_TOKENS` per picture). The tool-output stage decides what the model is
-   shown (`ToolOutputSource`): a model without image input, and pictures past half the tool's output
-   budget (the emergency policy's budget is smaller), keep only their placeholder, with the
-   reason; the text is cut as for any tool output. Its output is a fixed point (re-running it
-   changes nothing), and a summary's clones, a dropped round and a later hook call carry the
-   pictures with the tool message they belong to, never apart.
+   the call, `IMAGE_PART_TOKENS` per picture). The tool-output stage (`ToolOutputSource`)
+   decides what the model is shown: for a model without image input, and for pictures past
+   half the tool's output budget (the emergency policy's budget is smaller), only the
+   placeholder, with the reason; the text is cut as for any tool output. Its output is a fixed
+   point (re-running it changes nothing), and a summary's clones, a dropped round and a later
+   hook call carry the pictures with the tool message they belong to, never apart.
 3. **On the wire** (`move_tool_images`, on the request payload of every model call) the image
    parts leave their tool messages: after each run of tool messages, one user message per tool
    result with pictures, its label first. Every call of a turn, in package and service mode,
