@@ -59,6 +59,7 @@ from backend.services.records.attachment_reader import DatabaseAttachmentReader
 from backend.services.records.auth import Passwords
 from backend.services.records.extraction.sandbox import ExtractionSandbox
 from backend.services.records.originals import DatabaseHistoryBrowser
+from backend.services.records.titles import GeneratedTitles
 from backend.services.throttle import AttemptThrottle
 from backend.settings import Settings, get_settings
 from backend.telemetry import setup_telemetry
@@ -118,6 +119,7 @@ def create_app(settings: Settings | None = None, *, local_model: LocalModelServe
             previewer = runtime if isinstance(runtime, ChatShell) else None
             if served is not None:
                 runtime = LocalModelRuntime(runtime, served)
+            titles = GeneratedTitles(sessions, runtime) if settings.generated_titles else None
             app.state.local_model = served
             broker = create_broker(settings.redis_url)
             writer = EventWriter(sessions, broker.publish, rollups.write_staged)
@@ -142,6 +144,7 @@ def create_app(settings: Settings | None = None, *, local_model: LocalModelServe
                 limits=TurnLimits(settings.max_running_turns, settings.turn_max_seconds),
                 ahead=ahead,
                 previewer=previewer,
+                titles=titles,
             )
             await runner.start()
             stack.push_async_callback(runner.stop)

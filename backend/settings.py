@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     # Compaction ahead of time (issue 20): after a turn, a conversation whose next request is
     # estimated at or above the pre-trigger (default 0.7 x trigger) is compacted in the background.
     compaction_ahead: bool = True
+    # Generated titles (issue 22): after the first reply of a conversation the page created with
+    # `generate_title`, the summarizer's model writes a short title in place of the first line.
+    generated_titles: bool = True
     compaction_pre_trigger_tokens: int | None = Field(default=None, gt=0)
     compaction_chunk_tokens: int | None = Field(default=None, gt=0)
     compaction_overhead_tokens: int | None = Field(default=None, ge=0)

@@ -615,6 +615,18 @@ class AheadRequest(BaseModel):
     instructions: str | None = None
 
 
+class TitleRequest(BaseModel):
+    """A conversation's first exchange, to be named by a short generated title (issue 22)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conversation_id: int
+    # The conversation's model: its summarizer (or the model itself) writes the title.
+    model: str | None = None
+    user_text: str
+    reply_text: str
+
+
 class NextTurnQuery(BaseModel):
     """What the next turn of a conversation would start from, so its request can be shown
     before the user sends (issue 19): the history, prompts and MCP servers that turn gets."""
@@ -679,6 +691,11 @@ class TurnRuntime(Protocol):
     async def decide(self, turn_id: int, call_id: str, allow: bool) -> bool:
         """The user's decision on an "ask first" call of a running turn; False when that call
         is not waiting for one (never asked, or decided already)."""
+        ...
+
+    async def write_title(self, request: TitleRequest) -> str | None:
+        """A short title for a conversation's first exchange, cleaned (one line, no Markdown, at
+        most `chat_shell.titles.MAX_TITLE_CHARS`); None when the model gave none or failed."""
         ...
 
 

@@ -16,6 +16,7 @@ the request's `backend` access (service mode, `chat_shell.host.remote.RemoteHost
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -37,6 +38,7 @@ from chat_shell.contracts import (
     McpServerInfo,
     NextTurnQuery,
     NextTurnRequest,
+    TitleRequest,
     TurnEvent,
     TurnFailed,
     TurnRequest,
@@ -51,16 +53,20 @@ from chat_shell.guard.stages.summary_compaction.settings import CompactionSettin
 from chat_shell.host import FixedHost, Host, TurnServices
 from chat_shell.messages.convert import ahead_messages
 from chat_shell.observability import instruments
+from chat_shell.observability.model_spans import task_scope
 from chat_shell.observability.turn_telemetry import TurnTelemetry, count_compaction
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
 from chat_shell.providers.profiles import ModelProfile, resolve_profile
 from chat_shell.providers.summarizer import ModelSummarizer
+from chat_shell.titles import TITLE_OUTPUT_TOKENS, clean_title, title_messages
 from chat_shell.tools.approvals import ApprovalDesk
 from chat_shell.tools.mcp import McpToolbox
 from chat_shell.tools.mcp_config import StdioServer, StreamableHttpServer
 from chat_shell.tools.registry import AttemptTools, ToolRegistry, default_tools
 
 UNKNOWN_MODEL = "unknown_model"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,7 @@ class ChatShell:
         self._host = host or FixedHost(TurnServices(attachments=attachments, originals=history_browser))
         self._graphs: dict[tuple[str, int, bool], CompiledStateGraph] = {}
         self._summarizers: dict[tuple[str, int], Summarizer] = {}
+        self._title_writers: dict[str, Summarizer] = {}
         # Load the default model's tokenizer now, not inside the first turn (it takes ~0.3 s).
         text_counter_for(self.profile())
 
@@ -188,6 +195,43 @@ class ChatShell:
             )
             summarizer = self._summarizers[key] = ModelSummarizer(model)
         return summarizer
+
+    def _title_writer(self, profile: ModelProfile) -> tuple[ModelChoice, Summarizer]:
+        """The model that names `profile`'s conversations: its summarizer, non-streaming,
+        greedy like summaries, with the summary timeout and room for a few words."""
+        writer = self._choice(self._choice(profile.name).summarizer or profile.name)
+        model = self._title_writers.get(writer.id)
+        if model is None:
+            writer_profile = profile if writer.id == profile.name else self.profile(writer.id)
+            chat_model = create_chat_model(
+                replace(writer_profile, max_output_tokens=TITLE_OUTPUT_TOKENS),
+                replace(writer.provider, timeout_seconds=self.config.compaction.summary_timeout_seconds),
+                purpose="title",
+                model_name=writer.name,
+                temperature=self.config.compaction.summary_temperature,
+            )
+            model = self._title_writers[writer.id] = ModelSummarizer(chat_model)
+        return writer, model
+
+    async def write_title(self, request: TitleRequest) -> str | None:
+        """A short title for a conversation's first exchange, written by the summarizer's model
+        and traced and counted as a `title` call; None when the model is not configured, its
+        call failed or its answer cleans to nothing (the conversation keeps its first line)."""
+        model = request.model or self.config.model
+        if self.config.choice(model) is None:
+            return None
+        profile = self.profile(model)
+        writer, write = self._title_writer(profile)
+        messages = title_messages(request.user_text, request.reply_text, text_counter_for(profile))
+        label = instruments.profile_label(profile.name, self.config.model)
+        conversation = {"gen_ai.conversation.id": str(request.conversation_id)}
+        with task_scope("chat_shell.title", label, {**conversation, "chat_shell.model_profile": label}):
+            try:
+                answer = await write(messages)
+            except Exception as exc:  # any provider fault: the first line stays the title
+                log.warning("conversation %s: no title from %s: %s", request.conversation_id, writer.id, exc)
+                return None
+        return clean_title(answer)
 
     def start(self) -> None:
         """Start connecting to the MCP servers (from inside the event loop turns will run on)."""

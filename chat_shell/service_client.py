@@ -21,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from chat_shell.contracts import (
     TERMINAL_EVENT_TYPES,
     McpServerInfo,
+    TitleRequest,
     TurnEvent,
     TurnFailed,
     TurnRequest,
@@ -76,6 +77,16 @@ class RemoteChatShell:
         except httpx.HTTPError as exc:
             raise ServiceUnavailable(f"the decision did not reach the chat_shell service: {exc}") from exc
         return response.status_code == 200
+
+    async def write_title(self, request: TitleRequest) -> str | None:
+        try:
+            response = await self._client.post("/v1/titles", json=request.model_dump(mode="json"))
+            response.raise_for_status()
+            title = response.json().get("title")
+        except (httpx.HTTPError, ValueError) as exc:
+            logger.warning("no title from the chat_shell service for %s: %r", request.conversation_id, exc)
+            return None
+        return title if isinstance(title, str) else None
 
     async def run(
         self, request: TurnRequest, cancel: asyncio.Event | None = None

@@ -25,7 +25,15 @@ from backend.local_model.model_file import (
 from backend.local_model.supervisor import DEFAULT_COMMAND, LocalModelError, LocalModelServer, ServerOptions
 from backend.services.errors import Unavailable
 from backend.settings import Settings
-from chat_shell.contracts import TurnEvent, TurnFailed, TurnRequest, TurnResult, TurnRuntime
+from chat_shell.contracts import (
+    McpServerInfo,
+    TitleRequest,
+    TurnEvent,
+    TurnFailed,
+    TurnRequest,
+    TurnResult,
+    TurnRuntime,
+)
 from chat_shell.providers.profiles import resolve_profile
 
 if TYPE_CHECKING:
@@ -161,6 +169,17 @@ class LocalModelRuntime:
     def __init__(self, inner: TurnRuntime, server: LocalModelServer) -> None:
         self.inner = inner
         self.server = server
+
+    async def mcp_servers(self) -> list[McpServerInfo]:
+        return await self.inner.mcp_servers()
+
+    async def decide(self, turn_id: int, call_id: str, allow: bool) -> bool:
+        return await self.inner.decide(turn_id, call_id, allow)
+
+    async def write_title(self, request: TitleRequest) -> str | None:
+        if request.model == self.server.options.model_id and self.server.status.state != "ready":
+            return None  # the first line stays; a title never waits for the server to start
+        return await self.inner.write_title(request)
 
     def _crash_message(self) -> str:
         status = self.server.status

@@ -9,6 +9,7 @@ from backend.models.conversations import (
     MessageStatus,
     Preset,
     Role,
+    TitleSource,
 )
 from backend.models.rollups import CompactionHour, ConversationPressure, McpToolHour, TurnHour
 from backend.models.shares import ShareLink
@@ -34,6 +35,7 @@ __all__ = [
     "Role",
     "Session",
     "ShareLink",
+    "TitleSource",
     "Turn",
     "TurnEvent",
     "TurnHour",

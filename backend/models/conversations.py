@@ -12,6 +12,12 @@ from sqlalchemy.orm import Mapped, mapped_column
 from backend.models.base import Base, BigId, JsonDoc, UtcDateTime, utcnow
 
 
+class TitleSource(StrEnum):
+    USER = "user"
+    FALLBACK = "fallback"
+    GENERATED = "generated"
+
+
 class Conversation(Base):
     __tablename__ = "conversations"
     __table_args__ = (Index("ix_conversations_owner_updated", "owner_id", "updated_at", "id"),)
@@ -19,6 +25,8 @@ class Conversation(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
     title: Mapped[str] = mapped_column(String(200))
+    # `user`, `fallback` (the first line, until a generated title replaces it) or `generated`.
+    title_source: Mapped[str] = mapped_column(String(16), default=TitleSource.USER, server_default="user")
     model_profile: Mapped[str | None] = mapped_column(String(100), nullable=True)
     # The conversation's own system prompt, sent after the operator's.
     instructions: Mapped[str | None] = mapped_column(Text, nullable=True)

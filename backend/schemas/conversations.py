@@ -45,6 +45,9 @@ class ConversationCreate(BaseModel):
     title: str = Field(default="New conversation", max_length=200)
     model_profile: str | None = Field(default=None, max_length=100)
     instructions: str | None = Field(default=None, max_length=MAX_INSTRUCTIONS)
+    # The title is a stand-in (the page sends the first line): after the first reply a short
+    # generated one replaces it, unless the owner has renamed the conversation by then.
+    generate_title: bool = False
 
     _title = field_validator("title")(_clean_title)
 
@@ -83,6 +86,8 @@ class ConversationOut(BaseModel):
 
     id: int
     title: str
+    # `user`, `fallback` (a generated title is still to come) or `generated`.
+    title_source: str = "user"
     model_profile: str | None
     instructions: str | None = None
     created_at: datetime

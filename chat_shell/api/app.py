@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
-from chat_shell.contracts import McpServerInfo, TurnRequest, TurnRuntime
+from chat_shell.contracts import McpServerInfo, TitleRequest, TurnRequest, TurnRuntime
 
 
 class ServiceError(Exception):
@@ -83,6 +83,10 @@ def create_service_app(
     @app.get("/v1/mcp/servers", dependencies=[Depends(require_token)])
     async def mcp_servers() -> list[McpServerInfo]:
         return await runtime.mcp_servers()
+
+    @app.post("/v1/titles", dependencies=[Depends(require_token)])
+    async def write_title(request: TitleRequest) -> dict[str, str | None]:
+        return {"title": await runtime.write_title(request)}
 
     @app.post("/v1/response/{turn_id}/cancel", dependencies=[Depends(require_token)])
     async def cancel_turn(turn_id: int) -> dict[str, bool]:

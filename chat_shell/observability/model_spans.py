@@ -3,10 +3,11 @@
 `model_call` wraps one call of a chat model the runtime created (`create_chat_model`): the
 answering model's calls and the summarizer's. It wraps the whole call rather than listening to
 LangChain callbacks, because a model callback is dispatched for every streamed token. The turn a
-call belongs to comes from a context variable the turn sets for its run (`TurnTelemetry.run`);
-calls made outside a turn, or with telemetry off, are not traced. Spans follow the OpenTelemetry
-GenAI conventions (`gen_ai.request.model`, `gen_ai.usage.input_tokens`, ...). Nothing here
-records message content: only sizes, names and outcomes.
+call belongs to comes from a context variable the turn sets for its run (`TurnTelemetry.run`),
+or a `task_scope` for work between turns; other calls, or any with telemetry off, are not
+traced. Spans follow the OpenTelemetry GenAI conventions (`gen_ai.request.model`,
+`gen_ai.usage.input_tokens`, ...). Nothing here records message content: only sizes, names and
+outcomes.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage
+from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from chat_shell.observability import instruments
 from chat_shell.providers.errors import classify_provider_error
-from chat_shell.telemetry import tracer
+from chat_shell.telemetry import sdk_installed, tracer
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,22 @@ class ModelCall:
         if kind == "context_overflow":
             # Counted per call, so the summarizer's own overflows are seen too.
             instruments.overflow_errors.add(1, labels)
+
+
+@contextmanager
+def task_scope(name: str, profile_label: str, attributes: dict[str, Any]) -> Iterator[None]:
+    """A span for model work outside any turn (a conversation's title), current while the body
+    runs, so its model calls are traced and counted like a turn's (nothing with telemetry off)."""
+    if not sdk_installed():
+        yield
+        return
+    span = tracer.start_span(name, attributes=attributes)
+    scope_token = current_turn.set(TurnScope(trace.set_span_in_context(span), profile_label))
+    try:
+        yield
+    finally:
+        current_turn.reset(scope_token)
+        span.end()
 
 
 @contextmanager

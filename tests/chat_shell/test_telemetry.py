@@ -12,7 +12,7 @@ from typing import Any
 
 from langchain_core.tools import tool
 
-from chat_shell.contracts import ChainMessage, TurnFailed
+from chat_shell.contracts import ChainMessage, TitleRequest, TurnFailed
 from chat_shell.tools.registry import ToolRegistry
 from tests.chat_shell.conftest import MakeShell
 from tests.support.scripted_provider import ScriptedProvider, http_error, text, tool_call
@@ -294,3 +294,21 @@ async def test_an_overflow_retry_after_a_forced_compaction_is_counted(
     assert telemetry.total("chat_shell.turns", termination_reason="normal_completion", **labels) == (
         completed + 1
     )
+
+
+async def test_a_title_call_is_its_own_span_and_counted_as_a_title(
+    telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
+) -> None:
+    titles = telemetry.total("chat_shell.model.calls", purpose="title", outcome="ok")
+    failed = telemetry.total("chat_shell.model.calls", purpose="title", outcome="error")
+    scripted_provider.script_titles(text("Log questions"), http_error(400))
+    shell = make_shell()
+    request = TitleRequest(conversation_id=7, model="gpt-4o", user_text="Why?", reply_text="Because.")
+    assert await shell.write_title(request) == "Log questions"
+    assert await shell.write_title(request) is None  # a failed call: no title, no exception
+    assert telemetry.total("chat_shell.model.calls", purpose="title", outcome="ok") == titles + 1
+    assert telemetry.total("chat_shell.model.calls", purpose="title", outcome="error") == failed + 1
+    spans = [s for s in telemetry.finished_spans() if s.name == "chat_shell.title"]
+    assert [s.attributes["gen_ai.conversation.id"] for s in spans] == ["7", "7"]
+    calls = [s for span in spans for s in children(telemetry.finished_spans(), span)]
+    assert [c.attributes["chat_shell.call.purpose"] for c in calls] == ["title", "title"]

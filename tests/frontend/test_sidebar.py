@@ -15,7 +15,7 @@ from sqlalchemy import update
 
 from backend.db import create_engine, session_factory
 from backend.models import Conversation
-from tests.frontend.actions import send, start, wait_finished
+from tests.frontend.actions import conversation_id, send, start, wait_finished
 from tests.frontend.conftest import SIZES, open_page, screenshot
 from tests.support.browser import Stack, run_off_loop
 from tests.support.scripted_provider import text
@@ -238,3 +238,33 @@ def test_theme_switch_persists_across_reloads_and_pages(sized: Page, stack: Stac
     page.goto(f"{stack.base_url}/")
     expect(body).to_have_css("background-color", DARK)
     screenshot(page, f"theme-dark-{page.viewport_size['width']}")
+
+
+def test_the_first_reply_names_the_conversation_and_a_rename_stays(
+    sized: Page, stack: Stack, username: str
+) -> None:
+    page = sized
+    client = start(page, stack, username)
+    stack.provider.script(text("Late March to early April."))
+    stack.provider.script_titles(text("Title: **Cherry blossoms in Kyoto**."))
+    send(page, "When do the *cherry trees* bloom in Kyoto")
+    # The first line names it until the reply is done; then the generated title replaces it.
+    wait_finished(page)
+    cid = conversation_id(page)
+    expect(page.locator("#conversation-title")).to_have_text("Cherry blossoms in Kyoto")
+    item = sidebar(page).locator(f'.conv[data-id="{cid}"]')
+    expect(item.locator(".conv-title")).to_have_text("Cherry blossoms in Kyoto")
+    assert client.get(f"/api/conversations/{cid}").json()["title_source"] == "generated"
+
+    # A name the user gives stays through later replies and reloads.
+    item.get_by_role("button", name="Rename “Cherry blossoms in Kyoto”").click()
+    rename = page.get_by_label("New title")
+    rename.fill("Kyoto 2027")
+    rename.press("Enter")
+    expect(page.locator("#conversation-title")).to_have_text("Kyoto 2027")
+    close_sidebar(page)
+    send(page, "And the autumn leaves?")
+    wait_finished(page)
+    page.reload()
+    expect(page.locator("#conversation-title")).to_have_text("Kyoto 2027")
+    assert len(stack.provider.title_requests) == 1

@@ -41,6 +41,7 @@ from sse_starlette import EventSourceResponse
 from chat_shell.accounting.token_counter import TokenCounter
 from chat_shell.guard.stages.summary_compaction.prompts import SUMMARIZER_ROLE
 from chat_shell.providers.profiles import resolve_profile
+from chat_shell.titles import TITLE_ROLE
 from tests.support.servers import serve
 
 
@@ -103,12 +104,21 @@ class Reply(BaseModel):
 Responder = Callable[[dict[str, Any]], Reply]
 
 
-def is_summary_request(body: dict[str, Any]) -> bool:
-    """Whether `body` is a summary-compaction call (its instructions open with the summarizer's role)."""
+def _instructed_as(body: dict[str, Any], role: str) -> bool:
     messages = body.get("messages") or []
     first = messages[0] if messages else {}
     content = first.get("content")
-    return first.get("role") == "system" and isinstance(content, str) and content.startswith(SUMMARIZER_ROLE)
+    return first.get("role") == "system" and isinstance(content, str) and content.startswith(role)
+
+
+def is_summary_request(body: dict[str, Any]) -> bool:
+    """Whether `body` is a summary-compaction call (its instructions open with the summarizer's role)."""
+    return _instructed_as(body, SUMMARIZER_ROLE)
+
+
+def is_title_request(body: dict[str, Any]) -> bool:
+    """Whether `body` is a conversation-title call (its instructions open with the title role)."""
+    return _instructed_as(body, TITLE_ROLE)
 
 
 def content_text(message: dict[str, Any]) -> str:
@@ -230,6 +240,11 @@ class ScriptedProvider:
         # so a test scripts the conversation's replies without counting summarizer calls.
         self.summaries: deque[Reply | Responder] = deque()
         self.requests: list[dict[str, Any]] = []
+        # Title calls come after a reply, in the background: kept apart from `requests` (and
+        # answered from `titles`, else `default_title`), so no test of a conversation's model
+        # calls sees one arrive at a moment it cannot predict.
+        self.titles: deque[Reply | Responder] = deque()
+        self.title_requests: list[dict[str, Any]] = []
         self._closing: asyncio.Event | None = None
         self._steps: asyncio.Semaphore | None = None
         # Set by whoever serves `app` (the fixture): the OpenAI base URL, ending in `/v1`.
@@ -244,10 +259,15 @@ class ScriptedProvider:
     def script_summaries(self, *replies: Reply | Responder) -> None:
         self.summaries.extend(replies)
 
+    def script_titles(self, *replies: Reply | Responder) -> None:
+        self.titles.extend(replies)
+
     def reset(self) -> None:
         self.replies.clear()
         self.summaries.clear()
         self.requests.clear()
+        self.titles.clear()
+        self.title_requests.clear()
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
@@ -262,6 +282,12 @@ class ScriptedProvider:
     def default_summary(body: dict[str, Any]) -> Reply:
         """A deterministic stand-in summary: short, and naming how much it summarized."""
         return Reply(text=f"Summary of earlier turns ({len(summary_input(body))} characters summarized).")
+
+    @staticmethod
+    def default_title(body: dict[str, Any]) -> Reply:
+        """A deterministic stand-in title: the user's first line, as the page's fallback reads."""
+        exchange = content_text(body["messages"][-1]).removeprefix("User:\n")
+        return Reply(text=exchange.split("\n", 1)[0])
 
     def close(self) -> None:
         """Release hanging replies so the server can shut down."""
@@ -289,6 +315,11 @@ class ScriptedProvider:
         @app.post("/v1/chat/completions")
         async def completions(request: Request) -> Response:
             body = await request.json()
+            if is_title_request(body):
+                self.title_requests.append(body)
+                queued = self.titles.popleft() if self.titles else self.default_title(body)
+                reply = queued if isinstance(queued, Reply) else queued(body)
+                return await self._answer(body, reply)
             self.requests.append(body)
             if is_summary_request(body):
                 queued = self.summaries.popleft() if self.summaries else self.default_summary(body)

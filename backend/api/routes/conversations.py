@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Response, status
 
 from backend.api.deps import Ctx, CurrentUser, Db
 from backend.api.params import BeforeMessageId, ConversationId
+from backend.models import TitleSource
 from backend.schemas.conversations import (
     ConversationCreate,
     ConversationOut,
@@ -26,8 +27,16 @@ MAX_PAGE = 200
 async def create_conversation(
     body: ConversationCreate, user: CurrentUser, db: Db, ctx: Ctx
 ) -> ConversationOut:
+    # The title stays a stand-in only where a generated one will follow.
+    generated = body.generate_title and ctx.runner.titles is not None
     created = await conversations.create(
-        db, user, body.title, body.model_profile, ctx.runner.catalog, body.instructions
+        db,
+        user,
+        body.title,
+        body.model_profile,
+        ctx.runner.catalog,
+        body.instructions,
+        title_source=TitleSource.FALLBACK if generated else TitleSource.USER,
     )
     return ConversationOut.of(created)
 

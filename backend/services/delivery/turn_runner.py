@@ -33,6 +33,7 @@ from backend.services.delivery.stream_events import relayed
 from backend.services.errors import Conflict, Invalid, Unavailable
 from backend.services.records import attachments, conversations
 from backend.services.records.history import resolve_history
+from backend.services.records.titles import GeneratedTitles
 from chat_shell.contracts import AttachmentRef, NextTurnPreviewer, TurnRequest, TurnRuntime, UserInput
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class TurnRunner:
         limits: TurnLimits | None = None,
         ahead: AheadCompactions | None = None,
         previewer: NextTurnPreviewer | None = None,
+        titles: GeneratedTitles | None = None,
     ) -> None:
         self.runner_id = uuid.uuid4().hex
         self._limits = limits or TurnLimits()
@@ -121,6 +123,8 @@ class TurnRunner:
         self._ahead = ahead
         # Shows the next turn's request before the send (None: chat_shell runs as its own service).
         self.previewer = previewer
+        # Names a conversation after its first reply (None: generated titles are off).
+        self.titles = titles
         self._maintenance: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -140,6 +144,8 @@ class TurnRunner:
         await asyncio.gather(*(job.done.wait() for job in list(self._jobs.values())))
         if self._ahead is not None:
             await self._ahead.stop()
+        if self.titles is not None:
+            await self.titles.stop()
 
     @property
     def active(self) -> int:
@@ -315,6 +321,8 @@ class TurnRunner:
             # Before `done`: a send that follows this turn at once finds the job and waits.
             if self._ahead is not None and relay.finished:
                 self._ahead.schedule(started, model)
+            if self.titles is not None and relay.finished:
+                self.titles.schedule(started, model)
             job.done.set()
 
     async def _end_unstored(self, turn_id: int) -> None:

@@ -11,7 +11,7 @@ from sqlalchemy import case, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.model_catalog import ModelCatalog
-from backend.models import Conversation, Message, MessageStatus, Role, Turn, TurnStatus, User
+from backend.models import Conversation, Message, MessageStatus, Role, TitleSource, Turn, TurnStatus, User
 from backend.models.base import MAX_BIG_ID, utcnow
 from backend.schemas.conversations import ConversationOut, ConversationPage
 from backend.services.decimals import ascii_decimal
@@ -48,6 +48,8 @@ async def create(
     model_profile: str | None,
     catalog: ModelCatalog,
     instructions: str | None = None,
+    *,
+    title_source: TitleSource = TitleSource.USER,
 ) -> Conversation:
     """A new conversation; its model, when it names one, must be configured (`unknown_model`)."""
     if model_profile is not None:
@@ -55,6 +57,7 @@ async def create(
     conversation = Conversation(
         owner_id=user.id,
         title=title,
+        title_source=title_source,
         model_profile=model_profile,
         instructions=_instructions(instructions),
     )
@@ -170,6 +173,7 @@ def update(conversation: Conversation, changes: dict[str, str | bool | None], ca
         catalog.resolve(changes["model_profile"])
     if changes.get("title") is not None:
         conversation.title = str(changes["title"])
+        conversation.title_source = TitleSource.USER  # a name the owner chose is never replaced
     if "model_profile" in changes:
         conversation.model_profile = changes["model_profile"]
     if "instructions" in changes:

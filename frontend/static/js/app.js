@@ -63,7 +63,9 @@ const sidebar = new Sidebar(
       if (state.conversation?.id === id) navigate(null);
     },
     renamed: (conversation) => {
-      if (state.conversation?.id === conversation.id) showTitle(conversation);
+      if (state.conversation?.id !== conversation.id) return;
+      state.conversation = { ...state.conversation, title: conversation.title, title_source: conversation.title_source };
+      showTitle(state.conversation);
     },
   },
 );
@@ -254,6 +256,7 @@ const ON_EVENT = {
     view.render(data.message);
     meter.setMetrics(data.message.result?.context_metrics);
     finishTurn(t("The reply is complete."));
+    if (state.conversation?.title_source === "fallback") awaitTitle(state.conversation.id);
   },
   "turn.cancelled": (view) => {
     view.end("cancelled", null);
@@ -268,6 +271,34 @@ const ON_EVENT = {
 
 function handleEvent(view, name, data) {
   ON_EVENT[name]?.(view, data);
+}
+
+// A conversation named by its first line gets a generated title after a completed reply,
+// written in the background: the page re-reads the conversation until the title has come
+// (usually within a few seconds; it stops asking after about a minute).
+const TITLE_CHECKS_MS = [500, 1000, 2000, 4000, 8000, 16000, 32000];
+const awaitingTitles = new Set();
+
+async function awaitTitle(id) {
+  if (awaitingTitles.has(id)) return;
+  awaitingTitles.add(id);
+  try {
+    for (const delay of TITLE_CHECKS_MS) {
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      const conversation = await api.get(`/api/conversations/${id}`);
+      if (conversation.title_source === "fallback") continue;
+      sidebar.upsert(conversation);
+      if (state.conversation?.id === id) {
+        state.conversation = { ...state.conversation, title: conversation.title, title_source: conversation.title_source };
+        showTitle(state.conversation);
+      }
+      return;
+    }
+  } catch {
+    // Deleted or unreachable meanwhile: the sidebar shows what it had.
+  } finally {
+    awaitingTitles.delete(id);
+  }
 }
 
 function finishTurn(message) {
@@ -288,7 +319,7 @@ instrumentation.streamedText = (messageId) => transcript.view(messageId)?.stream
 async function send(text, attachments) {
   await state.opened;
   if (!state.conversation) {
-    const conversation = await api.post("/api/conversations", { title: titleFrom(text || attachments[0]?.filename || ""), model_profile: picker.forNewChat, instructions: instructions.pending || null });
+    const conversation = await api.post("/api/conversations", { title: titleFrom(text || attachments[0]?.filename || ""), generate_title: true, model_profile: picker.forNewChat, instructions: instructions.pending || null });
     state.conversation = conversation;
     meter.reset(conversation.id);
     picker.show(conversation);

@@ -1,0 +1,237 @@
+"""Generated titles (issue 22, "Titles"), end to end over HTTP with the scripted provider.
+
+A conversation the page creates with `generate_title` keeps its first line until its first
+reply completes; then the summarizer's model names it in the background (a non-streamed call
+with a bounded input), the title is cleaned of Markdown and stored as `generated`. A rename
+wins over a title still being written; a failed call keeps the first line and the next reply
+tries again; a conversation created with a title of its own is never renamed. Service mode
+names conversations as package mode does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from backend.app import create_app
+from backend.services.records.titles import GeneratedTitles
+from backend.settings import Settings
+from chat_shell.accounting.text_counter import TiktokenText
+from chat_shell.titles import MAX_TITLE_CHARS, TITLE_INPUT_TOKENS, TITLE_OUTPUT_TOKENS
+from tests.backend.test_history_modes import open_modes
+from tests.support.api import new_user, signed_in
+from tests.support.local_model import local_model_ready, local_settings, require_local_model, send
+from tests.support.scripted_provider import Reply, ScriptedProvider, content_text, http_error, text
+from tests.support.servers import serve
+
+
+async def _until(check: Callable[[], object], seconds: float = 10.0) -> None:
+    for _ in range(int(seconds / 0.01)):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not within {seconds:g} s")
+
+
+@dataclass
+class Chat:
+    client: httpx.AsyncClient
+    app: FastAPI
+
+    @property
+    def titles(self) -> GeneratedTitles | None:
+        return self.app.state.ctx.runner.titles
+
+    async def create(self, title: str, **body: Any) -> int:
+        response = await self.client.post("/api/conversations", json={"title": title, **body})
+        assert response.status_code == 201, response.text
+        return int(response.json()["id"])
+
+    async def send(self, cid: int, content: str) -> None:
+        response = await self.client.post(
+            f"/api/conversations/{cid}/messages", params={"wait": "true"}, json={"content": content}
+        )
+        assert response.status_code == 200, response.text
+
+    async def shown(self, cid: int) -> dict[str, Any]:
+        """The conversation once its turns have ended and every title being written is stored."""
+        await _until(
+            lambda: not self.app.state.ctx.runner.active
+        )  # a title is scheduled as its turn's job ends
+        if self.titles is not None:
+            await self.titles.settled()
+        return (await self.client.get(f"/api/conversations/{cid}")).json()
+
+
+@pytest.fixture
+def open_chat(
+    database_url: str, chat_settings: Callable[..., Settings]
+) -> Callable[..., AbstractAsyncContextManager[Chat]]:
+    @asynccontextmanager
+    async def opener(**overrides: object) -> AsyncIterator[Chat]:
+        app = create_app(chat_settings(database_url, **overrides))
+        async with serve(app) as base_url, signed_in(base_url, "namer") as client:
+            yield Chat(client, app)
+
+    return opener
+
+
+def _exchange(request: dict[str, Any]) -> str:
+    return content_text(request["messages"][-1])
+
+
+async def test_the_first_reply_names_the_conversation(
+    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
+) -> None:
+    async with open_chat() as chat:
+        cid = await chat.create("**Plan** a trip to Lisbon", generate_title=True)
+        assert (await chat.shown(cid))["title_source"] == "fallback"
+        scripted_provider.script(text("Lisbon in May is mild; book the tram tour early."))
+        scripted_provider.script_titles(text('Title: **"Lisbon trip in May"**.'))
+        await chat.send(cid, "**Plan** a trip to Lisbon in May for two")
+        shown = await chat.shown(cid)
+        assert (shown["title"], shown["title_source"]) == ("Lisbon trip in May", "generated")
+        # One title call: not streamed, short, with the exchange in it; no chat request it took.
+        [request] = scripted_provider.title_requests
+        assert not request.get("stream")
+        assert request.get("max_completion_tokens", request.get("max_tokens")) == TITLE_OUTPUT_TOKENS
+        assert "a trip to Lisbon in May for two" in _exchange(request)
+        assert "book the tram tour early" in _exchange(request)
+        assert len(scripted_provider.requests) == 1
+        # Later replies never rename it again.
+        await chat.send(cid, "And in June?")
+        assert (await chat.shown(cid))["title"] == "Lisbon trip in May"
+        assert len(scripted_provider.title_requests) == 1
+
+
+async def test_a_conversation_with_a_title_of_its_own_is_never_renamed(
+    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
+) -> None:
+    async with open_chat() as chat:
+        cid = await chat.create("Quarterly numbers")
+        await chat.send(cid, "Summarize the quarter")
+        shown = await chat.shown(cid)
+        assert (shown["title"], shown["title_source"]) == ("Quarterly numbers", "user")
+        assert scripted_provider.title_requests == []
+
+
+async def test_a_rename_during_the_title_call_wins(
+    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
+) -> None:
+    async with open_chat() as chat:
+        cid = await chat.create("first line", generate_title=True)
+        scripted_provider.script_titles(Reply(text="Generated name", first_token_delay=1.0))
+        await chat.send(cid, "first line")
+        await _until(lambda: scripted_provider.title_requests)
+        renamed = await chat.client.patch(f"/api/conversations/{cid}", json={"title": "My own name"})
+        assert renamed.json()["title_source"] == "user"
+        shown = await chat.shown(cid)
+        assert (shown["title"], shown["title_source"]) == ("My own name", "user")
+
+
+async def test_a_failed_title_call_keeps_the_first_line_and_the_next_reply_tries_again(
+    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
+) -> None:
+    async with open_chat() as chat:
+        cid = await chat.create("Why is the build red", generate_title=True)
+        scripted_provider.script_titles(
+            # A 400 (the client retries no 400), then an answer that cleans to nothing.
+            http_error(400),
+            text("```\n\n```"),
+            text("Red build"),
+        )
+        await chat.send(cid, "Why is the build red")
+        assert (await chat.shown(cid))["title"] == "Why is the build red"
+        await chat.send(cid, "It fails in the linter")  # an answer with nothing left: no title
+        assert (await chat.shown(cid))["title_source"] == "fallback"
+        await chat.send(cid, "Still red")
+        shown = await chat.shown(cid)
+        assert (shown["title"], shown["title_source"]) == ("Red build", "generated")
+        assert len(scripted_provider.title_requests) == 3
+
+
+async def test_a_long_first_message_costs_a_bounded_title_call(
+    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
+) -> None:
+    async with open_chat() as chat:
+        cid = await chat.create("logs", generate_title=True)
+        scripted_provider.script(text("reply " * 3000))
+        await chat.send(cid, "line of a long log\n" * 5000)
+        await chat.shown(cid)
+        [request] = scripted_provider.title_requests
+        assert TiktokenText().count(_exchange(request)) <= 2 * TITLE_INPUT_TOKENS + 16
+
+
+async def test_with_generated_titles_off_the_first_line_stays(
+    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
+) -> None:
+    async with open_chat(generated_titles=False) as chat:
+        cid = await chat.create("just this", generate_title=True)
+        await chat.send(cid, "just this")
+        shown = await chat.shown(cid)
+        assert (shown["title"], shown["title_source"]) == ("just this", "user")
+        assert scripted_provider.title_requests == []
+
+
+async def test_service_mode_names_conversations_as_package_mode_does(
+    tmp_path: Path,
+    sqlite_template: Path,
+    make_settings: Callable[..., Settings],
+    scripted_provider: ScriptedProvider,
+) -> None:
+    async with open_modes(tmp_path, sqlite_template, make_settings, scripted_provider) as modes:
+        named = []
+        for mode in (modes.package, modes.service):
+            scripted_provider.reset()
+            scripted_provider.script(text("Use a bisect."))
+            scripted_provider.script_titles(text("Finding a *regression*"))
+            made = await mode.client.post("/api/conversations", json={"title": "bug", "generate_title": True})
+            cid = made.json()["id"]
+            sent = await mode.client.post(
+                f"/api/conversations/{cid}/messages", params={"wait": "true"}, json={"content": "bug hunt"}
+            )
+            assert sent.status_code == 200, sent.text
+            for _ in range(200):  # the title is written in the background
+                shown = (await mode.client.get(f"/api/conversations/{cid}")).json()
+                if shown["title_source"] != "fallback":
+                    break
+                await asyncio.sleep(0.05)
+            named.append((shown["title"], shown["title_source"], scripted_provider.title_requests[-1]))
+    assert named[0][:2] == ("Finding a regression", "generated")
+    assert named[0] == named[1]
+
+
+@pytest.mark.local_model
+async def test_the_embedded_local_model_names_a_conversation(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """The default deployment: the embedded model answers and names the chat, and the page's
+    other calls to the runtime (the MCP panel) answer through the local-model wrapper."""
+    require_local_model()
+    app = create_app(
+        local_settings(make_settings, sqlite_url, local_model="smollm2-135m", max_output_tokens=64)
+    )
+    async with serve(app) as base_url:
+        await local_model_ready(app)
+        client = await new_user(base_url, "local-namer")
+        made = await client.post(
+            "/api/conversations", json={"title": "Tell me about lighthouses", "generate_title": True}
+        )
+        cid = made.json()["id"]
+        sent = await send(client, cid, "Tell me about lighthouses")
+        assert sent["assistant_message"]["status"] == "completed"
+        chat = Chat(client, app)
+        shown = await chat.shown(cid)
+        panel = await client.get(f"/api/conversations/{cid}/mcp-servers")
+        await client.aclose()
+    assert shown["title_source"] == "generated", shown
+    assert 0 < len(shown["title"]) <= MAX_TITLE_CHARS and "\n" not in shown["title"]
+    assert panel.status_code == 200, panel.text
