@@ -28,7 +28,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from bench.common import row, verdict
 from chat_shell.accounting.budget import budget_for
 from chat_shell.accounting.token_counter import TokenCounter
-from chat_shell.agents.builder import text_result
+from chat_shell.agents.builder import shaped_result
 from chat_shell.contracts import TurnEvent
 from chat_shell.guard.context_guard import UnifiedContextGuard
 from chat_shell.providers.profiles import resolve_profile
@@ -39,7 +39,7 @@ from tests.support.mcp_servers import ROOT
 from tests.support.report_tool import generate_report
 
 TOOLS = 100
-STANDARD_TOOLS = 9  # the test server's own tools; the rest are numbered lookups
+STANDARD_TOOLS = 11  # the test server's own tools; the rest are numbered lookups
 OUTPUT_CHARS = 100_000
 TURN_START_MS = 50.0
 GUARD_RATIO = 1.5
@@ -117,7 +117,7 @@ async def _mcp_output(server: McpServer) -> ToolMessage:
     message = await tool.ainvoke(
         {"name": tool.name, "args": {"chars": OUTPUT_CHARS}, "id": "call_1", "type": "tool_call"}
     )
-    result = text_result(message)
+    result = shaped_result(message)
     assert isinstance(result, ToolMessage) and isinstance(result.content, str)
     return result
 

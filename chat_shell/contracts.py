@@ -499,6 +499,8 @@ class AttachmentPage(BaseModel):
 # takes, up to a size they all accept (larger ones are described, as for other models).
 MODEL_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 MAX_MODEL_IMAGE_BYTES = 5 * 1024 * 1024
+# The content parts that carry a picture (OpenAI's, LangChain's standard and the Responses API's).
+IMAGE_PART_TYPES = frozenset({"image_url", "image", "input_image"})
 
 
 def shows_as_image(ref: AttachmentRef) -> bool:

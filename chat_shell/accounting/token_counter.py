@@ -19,7 +19,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from chat_shell.accounting.text_counter import TextCounter, text_counter_for
-from chat_shell.contracts import TokenCount
+from chat_shell.contracts import IMAGE_PART_TYPES, TokenCount
+from chat_shell.messages import tool_images
 from chat_shell.messages.markers import MARKER_KEY
 from chat_shell.providers.profiles import ModelProfile
 
@@ -34,7 +35,12 @@ TOKENS_PER_TOOL_CALL = 3
 REPLY_PRIMING = 3
 # One image part at high detail (a 512-px tile set); calibration corrects the provider's real cost.
 IMAGE_PART_TOKENS = 765
-IMAGE_PART_TYPES = frozenset({"image_url", "image", "input_image"})
+
+
+def image_room(budget_tokens: int) -> int:
+    """How many pictures a budget shows: at most half of it goes to pictures."""
+    return budget_tokens // 2 // IMAGE_PART_TOKENS
+
 
 # Large texts are counted once even when several callers ask (the cache key of a message is
 # its hash, but a tool output's body is also counted on its own when it is compacted).
@@ -207,6 +213,9 @@ class TokenCounter:
             tokens += TOKENS_PER_NAME + self.count_text(name)
         if isinstance(message, ToolMessage):
             tokens += self.count_text(message.tool_call_id)
+            if tool_images.split(message.content) is not None:
+                # Its pictures go out in a user message of their own, opened by a label.
+                tokens += TOKENS_PER_MESSAGE + self.count_text(tool_images.images_label(message.tool_call_id))
         for call in tool_calls_of(message):
             tokens += TOKENS_PER_TOOL_CALL + self.count_text(call.id)
             tokens += self.count_text(call.name) + self.count_text(call.arguments)

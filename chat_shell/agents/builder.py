@@ -33,6 +33,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from chat_shell.contracts import ApprovalDecided, ApprovalRequested, ToolStarted
+from chat_shell.messages.tool_images import tool_result_content
 from chat_shell.tools.approvals import TurnApprovals, denied_message
 from chat_shell.tools.mcp import CALL_RECORD_KEY, recording, server_of
 from chat_shell.tools.registry import AttemptTools, tool_error_message
@@ -121,15 +122,16 @@ def _check_model_reply(state: dict[str, Any], runtime: Runtime[AttemptRuntime]) 
     return {"messages": repaired}
 
 
-def text_result(result: ToolMessage | Command) -> ToolMessage | Command:
-    """A result made only of text parts (what MCP tools return) is one text, so the user's
-    block, the guard's count and the compact form all see the text itself, not its JSON."""
+def shaped_result(result: ToolMessage | Command) -> ToolMessage | Command:
+    """A result made of parts (what MCP tools return) in the model-facing shape: text parts are
+    one text, so the user's block, the guard's count and the compact form all see the text
+    itself, not its JSON; media parts become placeholder lines, and the images a model may be
+    shown follow the text as image parts (`chat_shell.messages.tool_images`)."""
     content = result.content if isinstance(result, ToolMessage) else None
     if not isinstance(content, list) or not content:
         return result
-    if not all(isinstance(part, dict) and part.get("type") == "text" for part in content):
-        return result
-    return result.model_copy(update={"content": "\n".join(str(part.get("text", "")) for part in content)})
+    shaped = tool_result_content(content)
+    return result if shaped is None else result.model_copy(update={"content": shaped})
 
 
 async def _announce_tool_call(
@@ -163,7 +165,7 @@ async def _announce_tool_call(
             )
     # The turn's MCP tools are not in the tool node (they come and go with their servers).
     with recording() as record:
-        result = text_result(
+        result = shaped_result(
             await execute(request if request.tool is not None else request.override(tool=tool))
         )
     if isinstance(result, ToolMessage) and record.outcome is not None:

@@ -14,7 +14,10 @@ from chat_shell.guard.stages.tool_output import ToolOutputSource
 def default_sources(ctx: GuardContext) -> list[GuardSource]:
     """The source stages, in order (SPEC 5.2): tool outputs, then attachment previews."""
     images = ctx.profile.accepts_images and not ctx.profile.string_content_only
-    return [ToolOutputSource(), AttachmentPreviewSource(ctx.conversation_id, ctx.attachments, images=images)]
+    return [
+        ToolOutputSource(images=images),
+        AttachmentPreviewSource(ctx.conversation_id, ctx.attachments, images=images),
+    ]
 
 
 def summary_compactor(

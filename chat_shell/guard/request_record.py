@@ -13,8 +13,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from chat_shell.accounting.token_counter import IMAGE_PART_TYPES, REPLY_PRIMING, TokenCounter, tool_calls_of
-from chat_shell.contracts import ModelRequest, RequestEntry, RequestSource
+from chat_shell.accounting.token_counter import REPLY_PRIMING, TokenCounter, tool_calls_of
+from chat_shell.contracts import IMAGE_PART_TYPES, ModelRequest, RequestEntry, RequestSource
 from chat_shell.guard.protocol import GUIDANCE_ID
 from chat_shell.messages.convert import INSTRUCTIONS_ID, media_placeholder, split_system
 from chat_shell.messages.markers import MARKER_KEY

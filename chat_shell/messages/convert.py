@@ -14,6 +14,7 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from chat_shell.contracts import ChainMessage, ChainMetadata, ToolCall, TurnRequest
+from chat_shell.messages import tool_images
 from chat_shell.messages.markers import MARKER_KEY, markers
 
 _MEDIA_BLOCK_TYPES = frozenset({"image", "image_url", "input_image", "audio", "input_audio", "file", "video"})
@@ -61,9 +62,12 @@ def strip_media(content: str | list[Any]) -> str | list[dict[str, Any]]:
 
 
 def tool_output_text(content: str | list[Any]) -> str:
-    """A tool result as one string: text as is, multimodal lists as JSON without media bytes."""
+    """A tool result as one string: text as is, a result with pictures as its text (whose
+    placeholder lines describe them), other lists as JSON without media bytes."""
     if isinstance(content, str):
         return content
+    if (with_images := tool_images.split(content)) is not None:
+        return tool_images.described(*with_images)
     return json.dumps(strip_media(content), ensure_ascii=False)
 
 

@@ -10,6 +10,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
 
+from chat_shell.messages.tool_images import move_tool_images
 from chat_shell.observability.model_spans import model_call
 from chat_shell.providers.profiles import ModelProfile
 
@@ -38,10 +39,20 @@ def join_text_parts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class TracedChatOpenAI(ChatOpenAI):
-    """`ChatOpenAI` whose calls inside a turn get a span and the model-call metrics."""
+    """`ChatOpenAI` whose calls inside a turn get a span and the model-call metrics, and whose
+    requests carry a tool result's pictures in a user message after the tool messages (chat
+    APIs take only text in a tool message; `chat_shell.messages.tool_images`)."""
 
     # What the calls are for, a bounded metric label: `answer` or `summary`.
     call_purpose: str = "answer"
+
+    def _get_request_payload(
+        self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        payload = super()._get_request_payload(input_, stop=stop, **kwargs)
+        if "messages" in payload:
+            payload["messages"] = move_tool_images(payload["messages"])
+        return payload
 
     async def ainvoke(
         self,

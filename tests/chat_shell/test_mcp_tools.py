@@ -4,6 +4,7 @@ started by the tests, the scripted provider as the model."""
 from __future__ import annotations
 
 import asyncio
+from base64 import b64encode
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -11,14 +12,16 @@ from typing import Any
 import pytest
 
 from chat_shell.accounting.budget import budget_for
-from chat_shell.accounting.token_counter import TokenCounter
+from chat_shell.accounting.token_counter import IMAGE_PART_TOKENS, TokenCounter
 from chat_shell.api.app import create_service_app
-from chat_shell.contracts import TurnRuntime
+from chat_shell.contracts import ChainMessage, TurnRuntime
 from chat_shell.runtime import ChatShell
 from chat_shell.service_client import RemoteChatShell
+from chat_shell.sizes import byte_size
 from chat_shell.tools.mcp import McpToolbox
 from chat_shell.tools.mcp_config import McpConfigurationError, connection_for, load_servers
 from tests.chat_shell.conftest import MakeShell
+from tests.support.files import PNG_1X1
 from tests.support.mcp_server import log_text
 from tests.support.mcp_servers import HttpMcpProcess, http_mcp_server, http_server_config, stdio_server
 from tests.support.scripted_provider import (
@@ -26,6 +29,7 @@ from tests.support.scripted_provider import (
     ScriptedProvider,
     ScriptedToolCall,
     count_prompt_tokens,
+    counted_as_sent,
     text,
     tool_call,
 )
@@ -114,10 +118,10 @@ async def test_the_tool_list_is_loaded_once_and_reloaded_when_the_server_changes
 
     scripted_provider.script(tool_call("ops_grow"), text("grown"), text("c"))
     await collect(shell, make_request(3, "grow"))
-    await _until(lambda: "ops_added_9" in [t.name for t in shell.mcp.views()[0].tools])
+    await _until(lambda: "ops_added_11" in [t.name for t in shell.mcp.views()[0].tools])
     await collect(shell, make_request(4, "again"))
-    assert "ops_added_9" in _offered(scripted_provider.chat_requests[-1])
-    assert "ops_added_9" not in _offered(scripted_provider.chat_requests[0])
+    assert "ops_added_11" in _offered(scripted_provider.chat_requests[-1])
+    assert "ops_added_11" not in _offered(scripted_provider.chat_requests[0])
 
 
 async def _until(condition: Callable[[], bool]) -> None:
@@ -407,3 +411,156 @@ async def test_a_runtime_closed_while_a_server_still_connects_shuts_down_at_once
     await asyncio.sleep(after_seconds)
     async with asyncio.timeout(10):
         await toolbox.aclose()
+
+
+# -- images ------------------------------------------------------------------------------------
+
+SEES_IMAGES = {"profile_overrides": {"*": {"accepts_images": True}}}
+PNG_LINE = f"[image image/png {byte_size(len(PNG_1X1))}]"
+PNG_PART = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64encode(PNG_1X1).decode()}"}}
+
+
+def _image_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message["content"]
+    return [p for p in content if p.get("type") != "text"] if isinstance(content, list) else []
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message["content"]
+    if isinstance(content, str):
+        return content
+    return "\n".join(p["text"] for p in content if p.get("type") == "text")
+
+
+async def test_a_text_only_model_gets_an_mcp_image_as_a_placeholder_line_and_no_image_part(
+    shell_with: ShellWith, scripted_provider: ScriptedProvider
+) -> None:
+    shell = shell_with(ops=stdio_server())
+    scripted_provider.script(tool_call("ops_snapshot"), text("A dashboard."))
+    events = await collect(shell, make_request(1, "show me the dashboard"))
+    assert events[-1].type == "turn.completed"
+    body = scripted_provider.chat_requests[-1]
+    (tool,) = _tool_messages(body)
+    unseen = f"[image image/png {byte_size(len(PNG_1X1))}: not shown, this model does not take images]"
+    assert _text_of(tool) == f"dashboard at 10:00\n{unseen}"
+    assert not any(_image_parts(m) for m in body["messages"])
+    assert [m["role"] for m in body["messages"]][-2:] == ["assistant", "tool"]
+    # The user's block keeps the text and each image's type and size, never its bytes.
+    (completed,) = _completed(events)
+    assert completed.output == f"dashboard at 10:00\n{PNG_LINE}"
+    (block,) = [b for b in events[-1].result.blocks if b.type == "tool"]
+    assert block.output == completed.output and not block.truncated_for_model
+    (stored,) = [m for m in events[-1].result.messages_chain if m.role == "tool"]
+    assert stored.content == unseen.join(["dashboard at 10:00\n", ""])
+
+
+def _snapshot_and_echo() -> list[Reply]:
+    calls = [
+        ScriptedToolCall(id="call_shot", name="ops_snapshot"),
+        ScriptedToolCall(id="call_echo", name="ops_echo", args={"text": "hi"}),
+    ]
+    again = ScriptedToolCall(id="call_again", name="ops_echo", args={"text": "again"})
+    return [Reply(tool_calls=calls), Reply(tool_calls=[again]), text("A dashboard.")]
+
+
+async def test_a_model_that_accepts_images_gets_an_mcp_image_in_a_user_message_after_the_tool_round(
+    shell_with: ShellWith, scripted_provider: ScriptedProvider
+) -> None:
+    shell = shell_with(ops=stdio_server(), options=SEES_IMAGES)
+    scripted_provider.script(*_snapshot_and_echo())
+    events = await collect(shell, make_request(1, "show me the dashboard"))
+    assert events[-1].type == "turn.completed"
+    second, third = scripted_provider.chat_requests[1:]
+    for body in (second, third):  # the same on every later call of the turn, never twice
+        roles = [m["role"] for m in body["messages"]]
+        assert roles[:5] == ["user", "assistant", "tool", "tool", "user"]
+        shot, echo = body["messages"][2:4]
+        assert (shot["tool_call_id"], echo["tool_call_id"]) == ("call_shot", "call_echo")
+        assert _text_of(shot) == f"dashboard at 10:00\n{PNG_LINE}"
+        assert not any(_image_parts(m) for m in _tool_messages(body))
+        pictures = body["messages"][4]
+        assert "call_shot" in _text_of(pictures)
+        assert _image_parts(pictures) == [PNG_PART]
+        assert sum(len(_image_parts(m)) for m in body["messages"]) == 1
+    assert second["messages"] == third["messages"][:5]
+    # Counted as sent: the picture at its per-image cost, its user message and label included.
+    recorded = events[-1].result.requests
+    assert [r.total_tokens for r in recorded[1:]] == [counted_as_sent(second), counted_as_sent(third)]
+    (completed, _) = _completed(events)[:2]
+    assert completed.output == f"dashboard at 10:00\n{PNG_LINE}"
+    # No event (and so no event log, block or stored chain) carries the picture's bytes.
+    assert not any(b64encode(PNG_1X1).decode() in event.model_dump_json() for event in events)
+
+
+async def test_a_malformed_mcp_image_becomes_a_placeholder_with_the_reason_and_the_turn_goes_on(
+    shell_with: ShellWith, scripted_provider: ScriptedProvider
+) -> None:
+    shell = shell_with(ops=stdio_server(), options=SEES_IMAGES)
+    scripted_provider.script(tool_call("ops_broken_snapshot"), text("It did not work."))
+    events = await collect(shell, make_request(1, "show me the dashboard"))
+    assert events[-1].type == "turn.completed"
+    body = scripted_provider.chat_requests[-1]
+    (tool,) = _tool_messages(body)
+    assert _text_of(tool).splitlines() == [
+        "dashboard at 10:05",
+        "[image image/png: not shown, its data is not valid base64]",
+        "[image text/html: not shown, its type is not an image type]",
+    ]
+    assert not any(_image_parts(m) for m in body["messages"])
+    (completed,) = _completed(events)
+    assert not completed.is_error and completed.output == _text_of(tool)
+
+
+async def test_package_and_service_mode_show_an_mcp_image_alike(
+    shell_with: ShellWith, scripted_provider: ScriptedProvider
+) -> None:
+    shell = shell_with(ops=stdio_server(), options=SEES_IMAGES)
+    scripted_provider.script(*_snapshot_and_echo())
+    await collect(shell, make_request(1, "show me the dashboard"))
+    in_process = scripted_provider.chat_requests
+    scripted_provider.reset()
+    async with serve(create_service_app(shell, service_token="secret")) as url:
+        remote = RemoteChatShell(url, token="secret")
+        scripted_provider.script(*_snapshot_and_echo())
+        events = await collect(remote, make_request(1, "show me the dashboard"))
+        await remote.aclose()
+    assert events[-1].type == "turn.completed"
+    assert scripted_provider.chat_requests == in_process
+    assert _completed(events)[0].output == f"dashboard at 10:00\n{PNG_LINE}"
+
+
+async def test_a_summary_in_the_middle_of_the_turn_keeps_the_picture_with_its_tool_result(
+    shell_with: ShellWith, scripted_provider: ScriptedProvider
+) -> None:
+    history = [
+        ChainMessage(role=role, content=log_text(6_000, n), id=f"h{n}")  # type: ignore[arg-type]
+        for n, role in enumerate(["user", "assistant"] * 3)
+    ]
+    settings = {"overhead_tokens": 0, "keep_tokens": 5_000}
+
+    async def run(trigger: int) -> list[Any]:
+        shell = shell_with(
+            ops=stdio_server(),
+            options={
+                "profile_overrides": {"*": {"accepts_images": True, "trigger_tokens": trigger, **settings}}
+            },
+        )
+        scripted_provider.script(tool_call("ops_snapshot"), text("A dashboard."))
+        return await collect(shell, make_request(1, "show me the dashboard", history=history))
+
+    probe = await run(1_000_000)
+    used = {e.snapshot.phase: e.snapshot.used_input for e in probe if e.type == "context.metrics"}
+    assert used["mid_turn"] > used["pre_turn"] + IMAGE_PART_TOKENS
+    scripted_provider.reset()
+    events = await run((used["pre_turn"] + used["mid_turn"]) // 2)  # crossed by the tool round
+    assert scripted_provider.chat_requests[0]["messages"][0]["content"] == log_text(6_000, 0)
+    assert events[-1].type == "turn.completed"
+    assert [e.record.status for e in events if e.type == "context.compaction"][-1] == "completed"
+    body = scripted_provider.chat_requests[-1]
+    roles = [m["role"] for m in body["messages"]]
+    assert roles[0] == "user" and body["messages"][0]["content"].startswith("[Summary of earlier turns]")
+    assert roles[-3:] == ["assistant", "tool", "user"]  # the kept tail: the round and its picture
+    assert _text_of(body["messages"][-2]) == f"dashboard at 10:00\n{PNG_LINE}"
+    assert _image_parts(body["messages"][-1]) == [PNG_PART]
+    assert sum(len(_image_parts(m)) for m in body["messages"]) == 1
+    assert events[-1].result.requests[-1].total_tokens == counted_as_sent(body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -9,10 +10,13 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 
 from chat_shell.agents.serializer import ChainValidationError, serialize_chain, validate_chain
 from chat_shell.agents.turn_context import TurnContext
-from chat_shell.contracts import ChainMessage, ToolCall
+from chat_shell.contracts import MAX_MODEL_IMAGE_BYTES, ChainMessage, ToolCall
 from chat_shell.messages.convert import initial_messages, to_chain, to_langchain, tool_output_text
 from chat_shell.messages.markers import is_summary, markers, with_markers
+from chat_shell.messages.tool_images import image_url_part, tool_result_content
 from chat_shell.messages.tool_pairs import sanitize_tool_pairs
+from chat_shell.sizes import byte_size
+from tests.support.files import PNG_1X1
 from tests.support.history import ai, call, summary, tool
 from tests.support.turns import make_request
 
@@ -36,15 +40,24 @@ def test_chain_round_trip_keeps_markers_and_tool_calls() -> None:
 
 def test_multimodal_tool_output_is_json_with_media_replaced() -> None:
     content = [
-        {"type": "text", "text": "chart attached"},
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        {"type": "text", "text": "chart attached"},
     ]
     rendered = tool_output_text(content)
     assert json.loads(rendered) == [
-        {"type": "text", "text": "chart attached"},
         {"type": "text", "text": "[image_url image/png omitted]"},
+        {"type": "text", "text": "chart attached"},
     ]
     assert "base64" not in rendered and "{'type'" not in rendered
+
+
+def test_a_tool_result_with_pictures_is_its_text_with_a_placeholder_line_for_each() -> None:
+    picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    assert tool_output_text([{"type": "text", "text": "chart attached"}, picture]) == (
+        "chart attached\n[image image/png 3 B]"
+    )
+    described = [{"type": "text", "text": "chart attached\n[image image/png 3 B]"}, picture]
+    assert tool_output_text(described) == "chart attached\n[image image/png 3 B]"
 
 
 def test_initial_messages_order_and_stable_user_id() -> None:
@@ -146,3 +159,49 @@ def test_validation_accepts_parallel_calls() -> None:
             ChainMessage(role="assistant", content="done"),
         ]
     )
+
+
+def test_each_media_part_of_a_tool_result_becomes_a_placeholder_line_and_only_good_images_stay() -> None:
+    png = base64.b64encode(PNG_1X1).decode()
+    too_big = base64.b64encode(PNG_1X1 + bytes(MAX_MODEL_IMAGE_BYTES)).decode()
+    content = tool_result_content(
+        [
+            {"type": "text", "text": "results"},
+            {"type": "image", "base64": png, "mime_type": "image/png"},
+            {"type": "image", "base64": png, "mime_type": "image/jpeg"},  # the bytes say PNG
+            {"type": "image", "base64": "%%%", "mime_type": "image/png"},
+            {"type": "image", "base64": png, "mime_type": "text/plain"},
+            {"type": "image", "base64": png, "mime_type": "image/bmp"},
+            {"type": "image", "base64": base64.b64encode(b"plain text").decode(), "mime_type": "image/gif"},
+            {"type": "image", "base64": too_big, "mime_type": "image/png"},
+            {"type": "image", "url": "https://example.test/a.png", "mime_type": "image/png"},
+            {
+                "type": "file",
+                "base64": base64.b64encode(b"%PDF-1.7").decode(),
+                "mime_type": "application/pdf",
+            },
+            {"type": "file", "url": "https://example.test/r.pdf", "mime_type": "application/pdf"},
+        ]
+    )
+    assert isinstance(content, list)
+    first, *pictures = content
+    size = byte_size(len(PNG_1X1))
+    assert first["text"].splitlines() == [
+        "results",
+        f"[image image/png {size}]",
+        f"[image image/png {size}]",
+        "[image image/png: not shown, its data is not valid base64]",
+        "[image text/plain: not shown, its type is not an image type]",
+        f"[image image/bmp {size}: not shown, models are shown PNG, JPEG, GIF or WebP images only]",
+        "[image image/gif 10 B: not shown, its data is not a PNG, JPEG, GIF or WebP image]",
+        f"[image image/png {byte_size(len(PNG_1X1) + MAX_MODEL_IMAGE_BYTES)}: not shown, larger than the "
+        "5.0 MB models are shown]",
+        "[image image/png https://example.test/a.png: not shown, the tool sent only its address]",
+        "[file application/pdf 8 B: not shown, only images are shown to models]",
+        "[file application/pdf https://example.test/r.pdf: not shown, only images are shown to models]",
+    ]
+    assert pictures == [image_url_part("image/png", png)] * 2
+    assert tool_output_text(content) == first["text"]
+    # Text alone stays one text; anything that is neither text nor media is left as it is.
+    assert tool_result_content([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]) == "a\nb"
+    assert tool_result_content([{"type": "json", "value": 1}]) is None

@@ -11,6 +11,8 @@ Tools:
 - `crash()`: the server process exits in the middle of the call.
 - `noise()`: answers with audio content, which the adapter cannot convert (malformed for us).
 - `echo(text)`: answers `text` (a small tool that shows the server works).
+- `snapshot()`: a line of text and a 1x1 PNG (image content); `broken_snapshot()`: a line of
+  text, an "image" whose data is not base64 and one whose type is not an image.
 - `header(name)`: the value of the HTTP request header `name` (streamable HTTP only).
 - `touch(path)`: appends a line to the file `path` and answers how many lines it holds (so a
   test sees how often the tool really ran).
@@ -28,9 +30,13 @@ import sys
 from pathlib import Path
 
 from mcp.server.fastmcp import Context, FastMCP
-from mcp.types import AudioContent
+from mcp.types import AudioContent, ImageContent, TextContent
 
 LOG_CHARS = 200_000
+# A 1x1 PNG (the same bytes as `tests.support.files.PNG_1X1`).
+PNG_1X1_BASE64 = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGBgAAAABQABpfZFQAAAAABJRU5ErkJggg=="
+)
 
 
 def log_text(chars: int = LOG_CHARS, offset: int = 0) -> str:
@@ -80,6 +86,23 @@ def build_server(extra_tools: int = 0, *, port: int = 8000) -> FastMCP:
     async def echo(text: str) -> str:
         """Say `text` back."""
         return text
+
+    @server.tool()
+    async def snapshot() -> list[TextContent | ImageContent]:
+        """A screenshot of the dashboard."""
+        return [
+            TextContent(type="text", text="dashboard at 10:00"),
+            ImageContent(type="image", data=PNG_1X1_BASE64, mimeType="image/png"),
+        ]
+
+    @server.tool()
+    async def broken_snapshot() -> list[TextContent | ImageContent]:
+        """A screenshot that went wrong."""
+        return [
+            TextContent(type="text", text="dashboard at 10:05"),
+            ImageContent(type="image", data="not base64 at all!", mimeType="image/png"),
+            ImageContent(type="image", data=PNG_1X1_BASE64, mimeType="text/html"),
+        ]
 
     @server.tool()
     async def header(name: str, ctx: Context) -> str:  # type: ignore[type-arg]

@@ -7,7 +7,9 @@
     [exit_code=0 wall_time=1.2s]                       (only when known)
     [hint: ...how to get the rest...]
 
-Only outputs over the tool's budget change; the compact message keeps the original id (an
+Only outputs over the tool's budget change, and results with pictures
+(`chat_shell.messages.tool_images`): the model is shown those its input takes and the budget
+holds, the others keep only their placeholder line. The compact message keeps the original id (an
 upsert into state) and is marked `compacted`. Re-rendering is idempotent: a compact form that
 fits its policy is left alone, and a stricter policy re-cuts the kept head and tail without
 nesting headers, while `total_tokens` keeps describing the original output. The raw output is
@@ -24,8 +26,9 @@ from typing import Any
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from chat_shell.accounting.text_counter import HEAD_SHARE
-from chat_shell.accounting.token_counter import TokenCounter
+from chat_shell.accounting.token_counter import IMAGE_PART_TOKENS, TokenCounter, image_room
 from chat_shell.guard.stages.source import EMERGENCY_RATIO, SourceContext
+from chat_shell.messages import tool_images
 from chat_shell.messages.convert import tool_output_text
 from chat_shell.messages.markers import is_compacted, with_markers
 
@@ -182,10 +185,14 @@ def compact(message: ToolMessage, limit: int, counter: TokenCounter, paging: str
 
 @dataclass(frozen=True)
 class ToolOutputSource:
-    """Compacts tool results over the per-tool budget of the profile (default 15,000 tokens)."""
+    """Compacts tool results over the per-tool budget of the profile (default 15,000 tokens),
+    and decides which pictures of a tool result the model is shown (`images`: the model takes
+    images): at most half of that budget's worth, the rest keep their placeholder with the
+    reason (`chat_shell.messages.tool_images`)."""
 
     name: str = "tool_output"
     adds_content: bool = False
+    images: bool = False
 
     def applies_to(self, message: BaseMessage) -> bool:
         return isinstance(message, ToolMessage)
@@ -201,6 +208,9 @@ class ToolOutputSource:
         limit = ctx.budget.tool_output_limit(message.name)
         if emergency:
             limit = max(1, int(limit * EMERGENCY_RATIO))
+        with_pictures = tool_images.split(message.content)
+        if with_pictures is not None:
+            return self._render_pictures(message, *with_pictures, limit, ctx)
         if tokens <= limit:  # the whole message fits, so its content does
             return None
         text = compact(message, limit, ctx.counter, ctx.paging.get(message.name or ""))
@@ -208,6 +218,36 @@ class ToolOutputSource:
             return None
         shown = message.model_copy(update={"content": text})
         return with_markers(shown, compacted=True, token_count=None)
+
+    def _render_pictures(
+        self, message: ToolMessage, text: str, pictures: list[dict[str, Any]], limit: int, ctx: SourceContext
+    ) -> BaseMessage | None:
+        """A result with pictures: those the budget holds, and its text cut to the rest."""
+        room = image_room(limit) if self.images else 0
+        kept, dropped = pictures[:room], pictures[room:]
+        if dropped:
+            reason = (
+                f"the tool output budget holds {room} of its {len(pictures)} images"
+                if self.images
+                else tool_images.NO_IMAGE_INPUT
+            )
+            text = tool_images.without_pictures(text, dropped, reason)
+        alone = message.model_copy(update={"content": text})
+        cut = compact(
+            alone,
+            max(1, limit - len(kept) * IMAGE_PART_TOKENS),
+            ctx.counter,
+            ctx.paging.get(message.name or ""),
+        )
+        content = tool_images.joined(text if cut is None else cut, kept)
+        if content == message.content:
+            return None
+        shown = message.model_copy(update={"content": content})
+        # Cut to fit (text or pictures) is compacted; a model without image input is not told
+        # less than it can read.
+        if cut is not None or (dropped and self.images):
+            return with_markers(shown, compacted=True, token_count=None)
+        return with_markers(shown, token_count=None)
 
     def attribute(self, message: BaseMessage, tokens: int, ctx: SourceContext) -> Mapping[str, int]:
         return {}  # tool messages already count as `tool_outputs`

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from dataclasses import replace
@@ -10,11 +11,14 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 from chat_shell.accounting.budget import budget_for
-from chat_shell.accounting.token_counter import TokenCounter
+from chat_shell.accounting.token_counter import IMAGE_PART_TOKENS, TOKENS_PER_MESSAGE, TokenCounter
 from chat_shell.guard.stages.source import SourceContext
 from chat_shell.guard.stages.tool_output import ToolOutputSource, parse
 from chat_shell.messages.markers import is_compacted, markers
+from chat_shell.messages.tool_images import images_label, tool_result_content
 from chat_shell.providers.profiles import LOCAL_MODEL_NAME, ModelProfile, resolve_profile
+from chat_shell.sizes import byte_size
+from tests.support.files import PNG_1X1
 from tests.support.texts import (
     binaryish_text,
     grapheme_boundaries,
@@ -135,8 +139,11 @@ def test_list_content_becomes_json_with_image_placeholders_never_a_python_repr()
     assert parts.head.startswith('[{"type": "text", "text": "2026-11-')
     placeholder = '{"type": "text", "text": "[image_url image/png omitted]"}'
     assert parts.tail.endswith(f'{placeholder}, {{"type": "text", "text": "end of results"}}]')
-    # Small list outputs stay list content, untouched.
-    assert render(tool([{"type": "text", "text": "ok"}, image]), ctx) is None
+    # A small result with a picture: a model without image input gets its placeholder instead.
+    shown = render(tool([{"type": "text", "text": "ok"}, image]), ctx)
+    assert shown is not None and shown.content == (
+        "ok\n[image image/png 146.5 KB: not shown, this model does not take images]"
+    )
 
 
 @pytest.mark.parametrize(
@@ -204,3 +211,77 @@ def test_json_outputs_keep_their_structure_readable() -> None:
     assert compact is not None
     parts = parse(compact.text)
     assert parts is not None and parts.head.startswith('{"results": [{"id": 0')
+
+
+# -- pictures in tool results (chat_shell.messages.tool_images) ---------------------------------
+
+PICTURES = ToolOutputSource(images=True)
+
+
+def _with_pictures(text: str, count: int) -> ToolMessage:
+    """A tool result as the tool boundary shapes it: `text` and `count` distinct small PNGs."""
+    pictures = [base64.b64encode(PNG_1X1 + bytes([n])).decode() for n in range(count)]
+    content = tool_result_content(
+        [
+            {"type": "text", "text": text},
+            *({"type": "image", "base64": b64, "mime_type": "image/png"} for b64 in pictures),
+        ]
+    )
+    assert isinstance(content, list) and content[0]["text"].endswith(
+        f"[image image/png {byte_size(len(PNG_1X1) + 1)}]"
+    )
+    return tool(content)
+
+
+def _render_pictures(
+    message: ToolMessage, ctx: SourceContext, *, emergency: bool = False
+) -> ToolMessage | None:
+    tokens = ctx.counter.count_message(message).tokens
+    rendered = PICTURES.render(message, tokens, ctx, emergency=emergency)
+    assert rendered is None or isinstance(rendered, ToolMessage)
+    return rendered
+
+
+def _pictures_of(message: ToolMessage) -> list:
+    return [p for p in message.content if isinstance(p, dict) and p["type"] == "image_url"]
+
+
+def test_pictures_are_counted_as_sent_and_a_result_within_budget_is_left_alone() -> None:
+    ctx = context()
+    message = _with_pictures("dashboard", 2)
+    assert _render_pictures(message, ctx) is None
+    plain = tool(message.content[0]["text"])
+    label = ctx.counter.count_text(images_label("call_1"))
+    # Each picture at its per-image cost, plus the user message that carries them and its label.
+    assert ctx.counter.count_message(message).tokens == (
+        ctx.counter.count_message(plain).tokens + 2 * IMAGE_PART_TOKENS + TOKENS_PER_MESSAGE + label
+    )
+
+
+def test_pictures_past_half_the_budget_keep_only_their_placeholder_with_the_reason() -> None:
+    ctx = context()  # 15,000 tokens per tool output: nine pictures at most
+    shown = _render_pictures(_with_pictures("dashboard", 12), ctx)
+    assert shown is not None and is_compacted(shown)
+    assert len(_pictures_of(shown)) == 9
+    lines = shown.content[0]["text"].splitlines()
+    assert lines[0] == "dashboard" and len(lines) == 13
+    assert all(line.endswith("]") and "not shown" not in line for line in lines[1:10])
+    assert all(
+        line.endswith("not shown, the tool output budget holds 9 of its 12 images]") for line in lines[10:]
+    )
+    assert _render_pictures(shown, ctx) is None  # a fixed point: run again, nothing changes
+    stricter = _render_pictures(shown, ctx, emergency=True)  # 4,500 tokens: two pictures
+    assert stricter is not None and len(_pictures_of(stricter)) == 2
+    assert stricter.content[0]["text"].count("not shown") == 10
+    assert _render_pictures(stricter, ctx) is None and _render_pictures(stricter, ctx, emergency=True) is None
+
+
+def test_the_text_beside_pictures_is_cut_to_the_budget_the_pictures_leave() -> None:
+    ctx = context()
+    shown = _render_pictures(_with_pictures(log_text(120_000), 1), ctx)
+    assert shown is not None and is_compacted(shown) and len(_pictures_of(shown)) == 1
+    text = shown.content[0]["text"]
+    assert parse(text) is not None and text.endswith("]")
+    assert ctx.counter.count_text(text) <= 15_000 - IMAGE_PART_TOKENS
+    assert f"[image image/png {byte_size(len(PNG_1X1) + 1)}]" in text  # the tail keeps the line
+    assert _render_pictures(shown, ctx) is None

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from chat_shell.accounting.text_counter import FETCH_CHARS_PER_TOKEN, HEAD_SHARE
-from chat_shell.accounting.token_counter import IMAGE_PART_TOKENS, TokenCounter
+from chat_shell.accounting.token_counter import IMAGE_PART_TOKENS, TokenCounter, image_room
 from chat_shell.contracts import AttachmentImage, AttachmentReader, shows_as_image
 from chat_shell.guard.stages.attachment_preview.block import CLOSING, OPENING
 from chat_shell.guard.stages.attachment_preview.wording import (
@@ -41,6 +41,7 @@ from chat_shell.guard.stages.attachment_preview.wording import (
     note,
     omission,
 )
+from chat_shell.messages.tool_images import image_url_part
 
 # A share smaller than this shows nothing useful: the attachment is listed header-only.
 MIN_BODY_TOKENS = 96
@@ -75,7 +76,7 @@ class RenderedPreview:
 
 
 def image_part(image: AttachmentImage) -> dict[str, Any]:
-    return {"type": "image_url", "image_url": {"url": f"data:{image.mime_type};base64,{image.data_base64}"}}
+    return image_url_part(image.mime_type, image.data_base64)
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ class AttachmentPreviewer:
         """The entries, those shown as pictures marked so, and their image parts in order."""
         if not self._images:
             return entries, ()
-        room = self._budget // 2 // IMAGE_PART_TOKENS
+        room = image_room(self._budget)
         chosen = [e for e in entries if e.ref is not None and shows_as_image(e.ref)][:room]
         fetched = await asyncio.gather(
             *(self._reader.image(self._conversation_id, e.attachment_id) for e in chosen),
