@@ -43,7 +43,7 @@ class TracedChatOpenAI(ChatOpenAI):
     requests carry a tool result's pictures in a user message after the tool messages (chat
     APIs take only text in a tool message; `chat_shell.messages.tool_images`)."""
 
-    # What the calls are for, a bounded metric label: `answer` or `summary`.
+    # What the calls are for, a bounded metric label: `answer`, `summary` or `title`.
     call_purpose: str = "answer"
 
     def _get_request_payload(
