@@ -152,10 +152,10 @@ async def test_closing_the_stream_is_not_a_stop(
 async def test_reconnects_at_random_points_lose_and_duplicate_nothing(
     chatter: httpx.AsyncClient, scripted_provider: ScriptedProvider
 ) -> None:
-    """Scripted turns read through random disconnect/reconnect points: 100 reconnects in the
+    """Scripted turns read through random disconnect/reconnect points: 40 reconnects in the
     default suite, 1,000 in the deep run. The reassembled text is byte-identical every time."""
     rng = random.Random(7)
-    wanted = 1000 if DEEP else 100
+    wanted = 1000 if DEEP else 40
     cid = await _conversation(chatter)
     reconnects, turn = 0, 0
     while reconnects < wanted:

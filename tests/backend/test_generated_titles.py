@@ -25,10 +25,9 @@ from backend.app import create_app
 from backend.services.records.titles import GeneratedTitles
 from backend.settings import Settings
 from chat_shell.accounting.text_counter import TiktokenText
-from chat_shell.titles import MAX_TITLE_CHARS, TITLE_INPUT_TOKENS, TITLE_OUTPUT_TOKENS
+from chat_shell.titles import TITLE_INPUT_TOKENS, TITLE_OUTPUT_TOKENS
 from tests.backend.test_history_modes import open_modes
-from tests.support.api import new_user, signed_in
-from tests.support.local_model import local_model_ready, local_settings, require_local_model, send
+from tests.support.api import signed_in
 from tests.support.scripted_provider import Reply, ScriptedProvider, content_text, http_error, text
 from tests.support.servers import serve
 
@@ -207,31 +206,3 @@ async def test_service_mode_names_conversations_as_package_mode_does(
             named.append((shown["title"], shown["title_source"], scripted_provider.title_requests[-1]))
     assert named[0][:2] == ("Finding a regression", "generated")
     assert named[0] == named[1]
-
-
-@pytest.mark.local_model
-async def test_the_embedded_local_model_names_a_conversation(
-    sqlite_url: str, make_settings: Callable[..., Settings]
-) -> None:
-    """The default deployment: the embedded model answers and names the chat, and the page's
-    other calls to the runtime (the MCP panel) answer through the local-model wrapper."""
-    require_local_model()
-    app = create_app(
-        local_settings(make_settings, sqlite_url, local_model="smollm2-135m", max_output_tokens=64)
-    )
-    async with serve(app) as base_url:
-        await local_model_ready(app)
-        client = await new_user(base_url, "local-namer")
-        made = await client.post(
-            "/api/conversations", json={"title": "Tell me about lighthouses", "generate_title": True}
-        )
-        cid = made.json()["id"]
-        sent = await send(client, cid, "Tell me about lighthouses")
-        assert sent["assistant_message"]["status"] == "completed"
-        chat = Chat(client, app)
-        shown = await chat.shown(cid)
-        panel = await client.get(f"/api/conversations/{cid}/mcp-servers")
-        await client.aclose()
-    assert shown["title_source"] == "generated", shown
-    assert 0 < len(shown["title"]) <= MAX_TITLE_CHARS and "\n" not in shown["title"]
-    assert panel.status_code == 200, panel.text

@@ -5,6 +5,7 @@ real summary. The deep run adds the runtime under emulation of an AVX2-only CPU 
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from backend.local_model.supervisor import DEFAULT_COMMAND, LocalModelServer, Se
 from backend.settings import Settings
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
 from chat_shell.providers.profiles import LOCAL_MODEL_NAME, SMOLLM2_MODEL_NAME, resolve_profile
+from chat_shell.titles import MAX_TITLE_CHARS
 from tests.conftest import DEEP
 from tests.support.api import new_user
 from tests.support.local_model import (
@@ -44,15 +46,22 @@ async def test_a_fresh_install_chats_with_the_default_model(
     async with serve(app) as base_url:
         server = await local_model_ready(app)
         client = await new_user(base_url, "local")
-        cid = await new_conversation(client)
+        # As the page creates a chat: its first line, until the model names it.
+        question = "What is the capital of France? Answer with one word."
+        made = await client.post("/api/conversations", json={"title": question, "generate_title": True})
+        cid = made.json()["id"]
         # A question the default model answers with the runtime's tool offered (5 of 5 sampled
         # tries; an arithmetic question tempts it into an invented tool call now and then).
-        question = "What is the capital of France? Answer with one word."
         started = await send(client, cid, question, wait=False)
         stream = await read_stream(client, cid, turn_id=started["turn_id"])
         stored = (await client.get(f"/api/conversations/{cid}/messages")).json()["items"]
         context = (await client.get(f"/api/conversations/{cid}/context")).json()
         ready = (await client.get("/readyz")).json()
+        # The runtime's other calls answer through the local-model wrapper too.
+        panel = await client.get(f"/api/conversations/{cid}/mcp-servers")
+        titles = app.state.ctx.runner.titles
+        await asyncio.wait_for(titles.settled(), 120)
+        named = (await client.get(f"/api/conversations/{cid}")).json()
         await client.aclose()
 
     assert server.base_url.startswith("http://127.0.0.1:")
@@ -69,6 +78,9 @@ async def test_a_fresh_install_chats_with_the_default_model(
     assert metrics["calibration"]["provider_reports_usage"] is True
     log = (server.options.log_path).read_text()
     assert "AMX" not in log, "the runtime must not use llama.cpp's AMX backend"
+    assert panel.status_code == 200, panel.text
+    assert named["title_source"] == "generated", named
+    assert 0 < len(named["title"]) <= MAX_TITLE_CHARS and "\n" not in named["title"]
 
 
 async def test_the_local_model_takes_content_given_as_text_parts(

@@ -18,7 +18,7 @@ from tests.frontend.actions import (
 from tests.frontend.conftest import screenshot
 from tests.support.api import make_operator
 from tests.support.browser import Stack, run_off_loop
-from tests.support.files import PNG_1X1
+from tests.support.files import picture_png
 
 pytestmark = pytest.mark.browser
 
@@ -187,7 +187,7 @@ def test_sent_images_show_a_thumbnail_and_other_files_their_type(
     start(page, stack, username)
     page.locator("#file-input").set_input_files(
         files=[
-            {"name": "dot.png", "mimeType": "image/png", "buffer": PNG_1X1},
+            {"name": "dot.png", "mimeType": "image/png", "buffer": picture_png()},
             {"name": "table.csv", "mimeType": "text/csv", "buffer": b"a,b\n1,2\n"},
         ]
     )

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import docx
 import openpyxl
+from PIL import Image
 
 MB = 1024 * 1024
 
@@ -133,3 +134,12 @@ PNG_1X1 = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
     "1f15c4890000000d49444154789c6360606060000000050001a5f645400000000049454e44ae426082"
 )
+
+
+def picture_png(width: int = 96, height: int = 64) -> bytes:
+    """A small PNG one can see (a two-way colour gradient), for screenshots of image messages."""
+    image = Image.new("RGB", (width, height))
+    image.putdata([(255 * x // width, 255 * y // height, 160) for y in range(height) for x in range(width)])
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()

@@ -18,6 +18,7 @@ from backend.models import (
     Message,
     MessageStatus,
     Role,
+    TitleSource,
     Turn,
     TurnEvent,
     TurnStatus,
@@ -50,6 +51,8 @@ class StartedTurn:
     assistant_message: Message
     # The user message's files, in the order messages list them (upload order).
     attachments: tuple[Attachment, ...]
+    # The conversation still has its first line for a title (a generated one may follow).
+    awaits_title: bool = False
 
     @property
     def attachment_ids(self) -> tuple[int, ...]:
@@ -217,6 +220,7 @@ async def _begin(
         question,
         reply,
         tuple(sorted(linked, key=lambda row: row.id)),
+        awaits_title=conversation.title_source == TitleSource.FALLBACK,
     )
 
 

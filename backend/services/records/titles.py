@@ -35,7 +35,7 @@ class GeneratedTitles:
     def schedule(self, started: turns.StartedTurn, model: str) -> None:
         """After a turn's outcome is stored: name its conversation if it still has its fallback
         title and the reply completed (decided by the job); one job per conversation."""
-        if self._closed or started.conversation_id in self._jobs:
+        if self._closed or not started.awaits_title or started.conversation_id in self._jobs:
             return
         self._jobs[started.conversation_id] = asyncio.create_task(
             self._run(started, model), name=f"title-{started.conversation_id}"
