@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import time
 from dataclasses import dataclass
 
@@ -88,8 +89,9 @@ async def granted_conversation(
 
 
 class CapabilityIssuer:
-    """Mints the `BackendAccess` of each turn in service mode, valid at most `lifetime_seconds`
-    (the turn's wall-time limit) and only while the turn runs."""
+    """Mints the `BackendAccess` of each turn in service mode, valid for `lifetime_seconds` (the
+    turn's wall-time limit, rounded up to the whole second the grant states) and only while the
+    turn runs."""
 
     def __init__(self, key: bytes, base_url: str, lifetime_seconds: int) -> None:
         self._key = key
@@ -97,5 +99,7 @@ class CapabilityIssuer:
         self._lifetime = lifetime_seconds
 
     def access(self, turn_id: int, conversation_id: int, owner_id: int) -> BackendAccess:
-        grant = Capability(turn_id, conversation_id, owner_id, int(time.time()) + self._lifetime)
+        # Rounded up: truncating would cut up to a second off, all of a 1 s limit.
+        expires_at = math.ceil(time.time() + self._lifetime)
+        grant = Capability(turn_id, conversation_id, owner_id, expires_at)
         return BackendAccess(base_url=self._base_url, capability=mint(self._key, grant))

@@ -22,6 +22,7 @@ export class Composer {
     this.uploads = []; // {file, chip, progress, attachment, state, abort}
     this.dragDepth = 0;
     this.#wire();
+    this.input.disabled = false; // the page's markup holds it until now
   }
 
   #wire() {
