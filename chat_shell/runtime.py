@@ -150,8 +150,8 @@ class ChatShell:
         self._guard_factory = guard_factory or build_guard
         self._host = host or FixedHost(TurnServices(attachments=attachments, originals=history_browser))
         self._graphs: dict[tuple[str, int, bool], CompiledStateGraph] = {}
-        self._summarizers: dict[tuple[str, int], Summarizer] = {}
-        self._title_writers: dict[str, Summarizer] = {}
+        # The summarizers' models by (writer, purpose, output tokens).
+        self._summarizers: dict[tuple[str, str, int], Summarizer] = {}
         # Load the default model's tokenizer now, not inside the first turn (it takes ~0.3 s).
         text_counter_for(self.profile())
 
@@ -177,41 +177,31 @@ class ChatShell:
         return graph
 
     def summarizer(self, profile: ModelProfile, budget: Budget) -> Summarizer:
-        """The model summary compaction calls: the turn model's summarizer (the turn's model
-        unless configured otherwise), non-streaming, with the summary timeout and room for a
-        summary twice its cap (a longer one gets a shortening pass)."""
-        cap = budget.summary_max_tokens
+        """The model summary compaction calls, with room for a summary twice its cap (a longer
+        one gets a shortening pass)."""
+        return self._writer(profile, "summary", 2 * budget.summary_max_tokens)[1]
+
+    def _writer(
+        self, profile: ModelProfile, purpose: str, output_tokens: int
+    ) -> tuple[ModelChoice, Summarizer]:
+        """`profile`'s summarizer (the turn's model unless configured otherwise) for non-streaming
+        calls of `purpose` (summaries, titles): the summary timeout and temperature, at most
+        `output_tokens` of output."""
         writer = self._choice(self._choice(profile.name).summarizer or profile.name)
-        key = (writer.id, cap)
+        key = (writer.id, purpose, output_tokens)
         summarizer = self._summarizers.get(key)
         if summarizer is None:
             writer_profile = profile if writer.id == profile.name else self.profile(writer.id)
+            room = min(writer_profile.max_output_tokens, output_tokens)
             model = create_chat_model(
-                replace(writer_profile, max_output_tokens=min(writer_profile.max_output_tokens, 2 * cap)),
+                replace(writer_profile, max_output_tokens=room),
                 replace(writer.provider, timeout_seconds=self.config.compaction.summary_timeout_seconds),
-                purpose="summary",
+                purpose=purpose,
                 model_name=writer.name,
                 temperature=self.config.compaction.summary_temperature,
             )
             summarizer = self._summarizers[key] = ModelSummarizer(model)
-        return summarizer
-
-    def _title_writer(self, profile: ModelProfile) -> tuple[ModelChoice, Summarizer]:
-        """The model that names `profile`'s conversations: its summarizer, non-streaming,
-        greedy like summaries, with the summary timeout and room for a few words."""
-        writer = self._choice(self._choice(profile.name).summarizer or profile.name)
-        model = self._title_writers.get(writer.id)
-        if model is None:
-            writer_profile = profile if writer.id == profile.name else self.profile(writer.id)
-            chat_model = create_chat_model(
-                replace(writer_profile, max_output_tokens=TITLE_OUTPUT_TOKENS),
-                replace(writer.provider, timeout_seconds=self.config.compaction.summary_timeout_seconds),
-                purpose="title",
-                model_name=writer.name,
-                temperature=self.config.compaction.summary_temperature,
-            )
-            model = self._title_writers[writer.id] = ModelSummarizer(chat_model)
-        return writer, model
+        return writer, summarizer
 
     async def write_title(self, request: TitleRequest) -> str | None:
         """A short title for a conversation's first exchange, written by the summarizer's model
@@ -221,7 +211,7 @@ class ChatShell:
         if self.config.choice(model) is None:
             return None
         profile = self.profile(model)
-        writer, write = self._title_writer(profile)
+        writer, write = self._writer(profile, "title", TITLE_OUTPUT_TOKENS)
         messages = title_messages(request.user_text, request.reply_text, text_counter_for(profile))
         label = instruments.profile_label(profile.name, self.config.model)
         conversation = {"gen_ai.conversation.id": str(request.conversation_id)}

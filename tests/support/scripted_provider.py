@@ -317,14 +317,13 @@ class ScriptedProvider:
             body = await request.json()
             if is_title_request(body):
                 self.title_requests.append(body)
-                queued = self.titles.popleft() if self.titles else self.default_title(body)
-                reply = queued if isinstance(queued, Reply) else queued(body)
-                return await self._answer(body, reply)
-            self.requests.append(body)
-            if is_summary_request(body):
-                queued = self.summaries.popleft() if self.summaries else self.default_summary(body)
+                queue, default = self.titles, self.default_title
             else:
-                queued = self.replies.popleft() if self.replies else self.default_reply(body)
+                self.requests.append(body)
+                summary = is_summary_request(body)
+                queue = self.summaries if summary else self.replies
+                default = self.default_summary if summary else self.default_reply
+            queued = queue.popleft() if queue else default(body)
             reply = queued if isinstance(queued, Reply) else queued(body)
             return await self._answer(body, reply)
 

@@ -62,11 +62,7 @@ const sidebar = new Sidebar(
     deleted: (id) => {
       if (state.conversation?.id === id) navigate(null);
     },
-    renamed: (conversation) => {
-      if (state.conversation?.id !== conversation.id) return;
-      state.conversation = { ...state.conversation, title: conversation.title, title_source: conversation.title_source };
-      showTitle(state.conversation);
-    },
+    renamed: (conversation) => retitle(conversation),
   },
 );
 const composer = new Composer(
@@ -119,6 +115,13 @@ const isLocalModelError = (code) => typeof code === "string" && code.startsWith(
 
 function announce(text) {
   $("announcer").textContent = text;
+}
+
+// The open conversation's title (and where it came from), as the server now has it.
+function retitle(conversation) {
+  if (state.conversation?.id !== conversation.id) return;
+  state.conversation = { ...state.conversation, title: conversation.title, title_source: conversation.title_source };
+  showTitle(state.conversation);
 }
 
 function showTitle(conversation) {
@@ -288,10 +291,7 @@ async function awaitTitle(id) {
       const conversation = await api.get(`/api/conversations/${id}`);
       if (conversation.title_source === "fallback") continue;
       sidebar.upsert(conversation);
-      if (state.conversation?.id === id) {
-        state.conversation = { ...state.conversation, title: conversation.title, title_source: conversation.title_source };
-        showTitle(state.conversation);
-      }
+      retitle(conversation);
       return;
     }
   } catch {

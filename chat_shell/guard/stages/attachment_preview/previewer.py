@@ -75,10 +75,6 @@ class RenderedPreview:
     images: tuple[dict[str, Any], ...] = ()
 
 
-def image_part(image: AttachmentImage) -> dict[str, Any]:
-    return image_url_part(image.mime_type, image.data_base64)
-
-
 @dataclass(frozen=True)
 class _Whole:
     text: str
@@ -174,7 +170,7 @@ class AttachmentPreviewer:
             if isinstance(failure, BaseException) and not isinstance(failure, LookupError):
                 raise failure
         marked = [replace(e, shown_as_image=True) if e.position in shown else e for e in entries]
-        return marked, tuple(image_part(shown[position]) for position in sorted(shown))
+        return marked, tuple(image_url_part(shown[p].mime_type, shown[p].data_base64) for p in sorted(shown))
 
     async def _entry(self, position: int, attachment_id: int) -> Entry:
         try:
