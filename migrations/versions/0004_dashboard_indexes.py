@@ -9,14 +9,10 @@ Revises: 0003
 Create Date: 2026-11-30 10:00:00.000000
 """
 
-from collections.abc import Sequence
-
 from alembic import op
 
 revision: str = "0004"
 down_revision: str | None = "0003"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 TURN_COLUMNS = [
     "started_at",

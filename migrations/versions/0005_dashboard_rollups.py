@@ -10,8 +10,6 @@ Revises: 0004
 Create Date: 2026-11-30 11:00:00.000000
 """
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
@@ -19,8 +17,6 @@ from backend.services.dashboard.percentiles import bin_case
 
 revision: str = "0005"
 down_revision: str | None = "0004"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 NO_BIN = -1
 

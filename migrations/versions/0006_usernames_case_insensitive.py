@@ -17,8 +17,6 @@ from alembic import op
 
 revision: str = "0006"
 down_revision: str | None = "0005"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 INDEX = "uq_users_username_lower"
 MAX_LENGTH = 64

@@ -8,15 +8,11 @@ Revises: 0008
 Create Date: 2026-12-01 23:45:00.000000
 """
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009"
 down_revision: str | None = "0008"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 

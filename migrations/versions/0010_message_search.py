@@ -11,14 +11,10 @@ Revises: 0009
 Create Date: 2026-12-01 23:58:00.000000
 """
 
-from collections.abc import Sequence
-
 from alembic import op
 
 revision: str = "0010"
 down_revision: str | None = "0009"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 # The expression backend/services/records/search.py queries (one per dialect).
 SQLITE_TEXT = (

@@ -10,15 +10,11 @@ Revises: 0012
 Create Date: 2026-12-02 03:00:00.000000
 """
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013"
 down_revision: str | None = "0012"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 

@@ -13,15 +13,11 @@ Revises: 0013
 Create Date: 2026-12-02 03:00:00.000000
 """
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0014"
 down_revision: str | None = "0013"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 MAX_FORK_DEPTH = 50

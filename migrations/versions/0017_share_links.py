@@ -9,15 +9,11 @@ Revises: 0016
 Create Date: 2026-12-02 07:10:00.000000
 """
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0017"
 down_revision: str | None = "0016"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 

@@ -10,15 +10,11 @@ Revises: 0019
 Create Date: 2026-12-02 16:35:00.000000
 """
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0020"
 down_revision: str | None = "0019"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
