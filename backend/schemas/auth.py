@@ -6,6 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from backend.models import Session
+
 
 class Credentials(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -87,12 +89,20 @@ class TokenCreated(TokenOut):
 class SessionOut(BaseModel):
     """A live browser session of the account (the cookie itself is never shown)."""
 
+    model_config = ConfigDict(from_attributes=True)
+
     id: int
     created_at: datetime
     last_seen_at: datetime | None
     expires_at: datetime
     user_agent: str | None
-    current: bool = Field(description="the session this request came from")
+    current: bool = Field(False, description="the session this request came from")
+
+    @classmethod
+    def of(cls, session: Session, current_id: int | None) -> SessionOut:
+        out = cls.model_validate(session)
+        out.current = out.id == current_id
+        return out
 
 
 class SessionsEnded(BaseModel):

@@ -109,54 +109,37 @@ def _explicit(value: int, available: int) -> int:
     return max(1, min(value, available))
 
 
+def _setting(value: int | None, bound: int, default: int) -> int:
+    """A profile's explicit figure, kept within 1..bound; its default when it sets none."""
+    return default if value is None else _explicit(value, bound)
+
+
 def budget_for(profile: ModelProfile) -> Budget:
     window = profile.context_window
     reserved = reserved_output(window, profile.max_output_tokens)
     available = max(1, window - reserved)
 
-    trigger = (
-        _explicit(profile.trigger_tokens, available)
-        if profile.trigger_tokens is not None
-        else int(available * TRIGGER_SHARE)
-    )
-    keep = (
-        _explicit(profile.keep_tokens, available)
-        if profile.keep_tokens is not None
-        else int(available * KEEP_SHARE)
-    )
-    keep = min(keep, trigger)
-    pre_trigger = (
-        _explicit(profile.pre_trigger_tokens, trigger)
-        if profile.pre_trigger_tokens is not None
-        else int(trigger * PRE_TRIGGER_SHARE)
-    )
-
-    summary_cap = (
-        _explicit(profile.summary_max_tokens, available)
-        if profile.summary_max_tokens is not None
-        else _scaled(SUMMARY_MAX_TOKENS, available, SUMMARY_MAX_SHARE)
+    trigger = _setting(profile.trigger_tokens, available, int(available * TRIGGER_SHARE))
+    keep = min(_setting(profile.keep_tokens, available, int(available * KEEP_SHARE)), trigger)
+    pre_trigger = _setting(profile.pre_trigger_tokens, trigger, int(trigger * PRE_TRIGGER_SHARE))
+    summary_cap = _setting(
+        profile.summary_max_tokens, available, _scaled(SUMMARY_MAX_TOKENS, available, SUMMARY_MAX_SHARE)
     )
     # The summarizer is the same model: a chunk plus the summary it produces must fit its input.
     chunk_room = max(1, available - summary_cap)
-    chunk = (
-        _explicit(profile.trim_tokens_to_summarize, chunk_room)
-        if profile.trim_tokens_to_summarize is not None
-        else min(TRIM_TOKENS_TO_SUMMARIZE, chunk_room)
-    )
+    chunk = _setting(profile.trim_tokens_to_summarize, chunk_room, min(TRIM_TOKENS_TO_SUMMARIZE, chunk_room))
     overhead = (
         max(0, min(profile.overhead_tokens, available))
         if profile.overhead_tokens is not None
         else _scaled(OVERHEAD_TOKENS, available, OVERHEAD_MAX_SHARE)
     )
-    tool_output = (
-        _explicit(profile.tool_output_tokens, available)
-        if profile.tool_output_tokens is not None
-        else _scaled(TOOL_OUTPUT_TOKENS, available, TOOL_OUTPUT_MAX_SHARE)
+    tool_output = _setting(
+        profile.tool_output_tokens, available, _scaled(TOOL_OUTPUT_TOKENS, available, TOOL_OUTPUT_MAX_SHARE)
     )
-    attachment = (
-        _explicit(profile.attachment_preview_tokens, available)
-        if profile.attachment_preview_tokens is not None
-        else _scaled(min(window // 2, ATTACHMENT_PREVIEW_TOKENS), available, ATTACHMENT_MAX_SHARE)
+    attachment = _setting(
+        profile.attachment_preview_tokens,
+        available,
+        _scaled(min(window // 2, ATTACHMENT_PREVIEW_TOKENS), available, ATTACHMENT_MAX_SHARE),
     )
     overrides = {name: _explicit(tokens, available) for name, tokens in profile.tool_output_overrides.items()}
     return Budget(

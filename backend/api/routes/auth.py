@@ -97,17 +97,7 @@ async def logout_others(principal: CurrentPrincipal, db: Db) -> SessionsEnded:
 async def list_sessions(principal: CurrentPrincipal, db: Db) -> list[SessionOut]:
     """The account's live browser sessions, the most recently seen first."""
     current = principal.session.id if principal.session else None
-    return [
-        SessionOut(
-            id=session.id,
-            created_at=session.created_at,
-            last_seen_at=session.last_seen_at,
-            expires_at=session.expires_at,
-            user_agent=session.user_agent,
-            current=session.id == current,
-        )
-        for session in await auth.list_sessions(db, principal.user)
-    ]
+    return [SessionOut.of(session, current) for session in await auth.list_sessions(db, principal.user)]
 
 
 @router.delete("/sessions/{session_id}", status_code=status.HTTP_204_NO_CONTENT)

@@ -12,11 +12,11 @@ import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, TypeVar
 
 from argon2 import PasswordHasher, profiles
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import ColumnElement, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -215,23 +215,30 @@ async def open_session(db: AsyncSession, user: User, days: int, user_agent: str 
 async def session_user(db: AsyncSession, cookie_value: str) -> tuple[User, Session] | None:
     """The enabled account and live session of a cookie; None for anything else."""
     now = utcnow()
-    row = (
-        await db.execute(
-            select(User, Session)
-            .join(Session, Session.user_id == User.id)
-            .where(
-                Session.token_hash == token_digest(cookie_value),
-                Session.expires_at > now,
-                User.disabled_at.is_(None),
-            )
-        )
-    ).first()
+    row = await _credential_owner(db, Session, cookie_value, Session.expires_at > now)
     if row is None:
         return None
     user, session = row
     if _due(session.last_seen_at, now):
         await db.execute(update(Session).where(Session.id == session.id).values(last_seen_at=now))
     return user, session
+
+
+_Credential = TypeVar("_Credential", Session, ApiToken)
+
+
+async def _credential_owner(
+    db: AsyncSession, credential: type[_Credential], secret: str, live: ColumnElement[bool]
+) -> tuple[User, _Credential] | None:
+    """The enabled account behind a credential row whose hash is the secret's and which is `live`."""
+    row = (
+        await db.execute(
+            select(User, credential)
+            .join(credential, credential.user_id == User.id)
+            .where(credential.token_hash == token_digest(secret), live, User.disabled_at.is_(None))
+        )
+    ).first()
+    return None if row is None else (row[0], row[1])
 
 
 def _due(last_seen: datetime | None, now: datetime) -> bool:
@@ -325,17 +332,7 @@ async def revoke_token(db: AsyncSession, user: User, token_id: int) -> ApiToken:
 async def token_user(db: AsyncSession, secret: str) -> tuple[User, ApiToken] | None:
     """The enabled account and live token of a bearer secret; None for anything else."""
     now = utcnow()
-    row = (
-        await db.execute(
-            select(User, ApiToken)
-            .join(ApiToken, ApiToken.user_id == User.id)
-            .where(
-                ApiToken.token_hash == token_digest(secret),
-                ApiToken.revoked_at.is_(None),
-                User.disabled_at.is_(None),
-            )
-        )
-    ).first()
+    row = await _credential_owner(db, ApiToken, secret, ApiToken.revoked_at.is_(None))
     if row is None:
         return None
     user, token = row

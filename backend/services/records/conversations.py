@@ -191,6 +191,10 @@ async def soft_delete(db: AsyncSession, conversation: Conversation) -> None:
     conversation.deleted_at = utcnow()
 
 
+# The settings a fork starts with, as its source has them (its messages are the source's up to
+# the fork point; pinning, archiving and the title's origin start afresh).
+FORK_KEEPS = ("model_profile", "mcp_servers", "mcp_ask_first", "instructions")
+
 # How long after a delete its undo still works; the browser offers it for a few seconds, the
 # rest is slack for a slow network.
 RESTORE_WINDOW = timedelta(minutes=5)
@@ -229,10 +233,7 @@ async def fork(
     child = Conversation(
         owner_id=user.id,
         title=title or conversation.title,
-        model_profile=conversation.model_profile,
-        mcp_servers=conversation.mcp_servers,
-        mcp_ask_first=conversation.mcp_ask_first,
-        instructions=conversation.instructions,
+        **{setting: getattr(conversation, setting) for setting in FORK_KEEPS},
         forked_from_conversation_id=conversation.id,
         forked_from_message_id=message_id,
         next_message_id=message_id + 1,

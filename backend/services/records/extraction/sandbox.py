@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import fields
 from pathlib import Path
 from typing import TypeVar
 
@@ -58,14 +59,12 @@ class ExtractionSandbox:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ExtractionSandbox:
+        # Each limit is the setting `extraction_<field>`.
         limits = ExtractionLimits(
-            timeout_seconds=settings.extraction_timeout_seconds,
-            cpu_seconds=settings.extraction_cpu_seconds,
-            memory_mb=settings.extraction_memory_mb,
-            max_unpacked_mb=settings.extraction_max_unpacked_mb,
-            max_compression_ratio=settings.extraction_max_compression_ratio,
-            max_html_mb=settings.extraction_max_html_mb,
-            max_pdf_pages=settings.extraction_max_pdf_pages,
+            **{
+                field.name: getattr(settings, f"extraction_{field.name}")
+                for field in fields(ExtractionLimits)
+            }
         )
         return cls(limits, settings.extraction_workers)
 

@@ -36,7 +36,7 @@ def _soft_limit(which: int, value: int) -> None:
 
 
 def detect_type(original: Path, filename: str) -> DetectedType:
-    return _bounded(detect, original, filename)
+    return _bounded(lambda: detect(original, filename))
 
 
 def extract_file(
@@ -48,23 +48,14 @@ def extract_file(
     limits: ExtractionLimits,
 ) -> Extraction:
     """The file's extraction; its type detected here unless the caller knows it already."""
-    return _bounded(_detect_and_extract, original, filename, detected, workdir, max_chars, limits)
+    return _bounded(
+        lambda: extract(original, detected or detect(original, filename), workdir, max_chars, limits)
+    )
 
 
-def _detect_and_extract(
-    original: Path,
-    filename: str,
-    detected: DetectedType | None,
-    workdir: Path,
-    max_chars: int,
-    limits: ExtractionLimits,
-) -> Extraction:
-    return extract(original, detected or detect(original, filename), workdir, max_chars, limits)
-
-
-def _bounded(task: Callable[..., T], *args: object) -> T:
+def _bounded(task: Callable[[], T]) -> T:
     try:
-        return task(*args)
+        return task()
     except MemoryError:
         # Past RLIMIT_AS the heap may be in any state, and even sending a result could fail:
         # end the process; the pool reports this exit status and forks a fresh worker.

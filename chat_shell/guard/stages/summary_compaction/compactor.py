@@ -54,6 +54,8 @@ from chat_shell.providers.errors import classify_provider_error, is_context_over
 from chat_shell.telemetry import record_protection
 
 logger = logging.getLogger(__name__)
+# The record's fields a final compaction status puts on its `context_protection` span event.
+_TRACED_FIELDS = frozenset({"duration_ms", "before_tokens", "after_tokens", "chunks", "failure_reason"})
 
 
 class SummaryFailed(Exception):
@@ -156,13 +158,9 @@ class SummaryCompactor:
             record_protection(
                 "summary_compact",
                 record.status,
-                duration_ms=record.duration_ms,
-                before_tokens=record.before_tokens,
-                after_tokens=record.after_tokens,
                 removed_history_items=record.removed_items,
-                chunks=record.chunks,
-                failure_reason=record.failure_reason,
                 forced=request.forced,
+                **record.model_dump(include=_TRACED_FIELDS),
             )
         logger.info(
             "[SummaryCompact] strategy=%s conversation=%s message=%s status=%s before=%s after=%s "
