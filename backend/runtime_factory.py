@@ -22,12 +22,10 @@ from backend.telemetry import setup_telemetry
 from chat_shell.accounting.budget import budget_for
 from chat_shell.api.app import create_service_app as create_chat_shell_app
 from chat_shell.contracts import AttachmentReader, HistoryBrowser, TurnRuntime
-from chat_shell.guard.protocol import GuardFactory
 from chat_shell.guard.stages.summary_compaction.settings import CompactionSettings
 from chat_shell.host.remote import RemoteHost
 from chat_shell.runtime import ChatShell, RuntimeConfig
 from chat_shell.service_client import RemoteChatShell
-from chat_shell.tools.registry import ToolRegistry
 
 
 def _no_model(settings: Settings) -> RuntimeConfigurationError:
@@ -87,41 +85,18 @@ def model_infos(config: RuntimeConfig, catalog: ModelCatalog) -> list[ModelInfo]
     return infos
 
 
-def build_chat_shell(
-    settings: Settings,
-    *,
-    catalog: ModelCatalog | None = None,
-    tools: ToolRegistry | None = None,
-    guard_factory: GuardFactory | None = None,
-    attachments: AttachmentReader | None = None,
-    history_browser: HistoryBrowser | None = None,
-) -> ChatShell:
-    return ChatShell(
-        runtime_config(settings, catalog),
-        tools=tools,
-        guard_factory=guard_factory,
-        attachments=attachments,
-        history_browser=history_browser,
-    )
-
-
 def build_runtime(
     settings: Settings,
     *,
     catalog: ModelCatalog | None = None,
-    guard_factory: GuardFactory | None = None,
     attachments: AttachmentReader | None = None,
     history_browser: HistoryBrowser | None = None,
 ) -> TurnRuntime:
     """The runtime for the backend: in-process, or a client of the chat_shell service."""
     if settings.runtime_mode == "service":
         return RemoteChatShell(settings.service_url, token=require_service_token(settings))
-    return build_chat_shell(
-        settings,
-        catalog=catalog,
-        guard_factory=guard_factory,
-        attachments=attachments,
-        history_browser=history_browser,
+    return ChatShell(
+        runtime_config(settings, catalog), attachments=attachments, history_browser=history_browser
     )
 
 
@@ -146,18 +121,13 @@ async def open_runtime(
             await runtime.aclose()
 
 
-def create_service_app(
-    settings: Settings,
-    *,
-    guard_factory: GuardFactory | None = None,
-    tools: ToolRegistry | None = None,
-) -> FastAPI:
+def create_service_app(settings: Settings) -> FastAPI:
     """chat_shell alone (`chat-shell service`): the package runtime behind `POST /v1/response`,
     reading each turn's history, attachments and originals from the backend that sent it."""
     token = require_service_token(settings)
     metrics_token = require_metrics_token(settings)
     host = RemoteHost()
-    shell = ChatShell(runtime_config(settings), tools=tools, guard_factory=guard_factory, host=host)
+    shell = ChatShell(runtime_config(settings), host=host)
 
     async def shutdown() -> None:
         await shell.aclose()
