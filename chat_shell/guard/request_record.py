@@ -16,8 +16,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from chat_shell.accounting.token_counter import REPLY_PRIMING, TokenCounter, tool_calls_of
 from chat_shell.contracts import IMAGE_PART_TYPES, ModelRequest, RequestEntry, RequestSource
 from chat_shell.guard.protocol import GUIDANCE_ID
-from chat_shell.messages.convert import INSTRUCTIONS_ID, media_placeholder, split_system
+from chat_shell.messages.convert import INSTRUCTIONS_ID, split_system
 from chat_shell.messages.markers import MARKER_KEY
+from chat_shell.messages.tool_images import media_line
 from chat_shell.tools.mcp import server_of
 from chat_shell.tools.registry import ToolSet
 
@@ -27,7 +28,7 @@ _ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"
 def _text(message: BaseMessage) -> str:
     """The entry's text, its pictures as placeholders (never the bytes), then its tool calls."""
     media = [
-        media_placeholder(part)
+        media_line(part)
         for part in (message.content if isinstance(message.content, list) else ())
         if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES
     ]

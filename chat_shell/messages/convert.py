@@ -8,7 +8,7 @@ binary media replaced by a short placeholder, never as Python repr text.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -32,18 +32,6 @@ def entry_id(role: Literal["user", "assistant"], conversation_id: int, message_i
     return f"{role[0]}{conversation_id}-{message_id}"
 
 
-def media_placeholder(block: Mapping[str, Any]) -> str:
-    """The one stand-in for a media block wherever only text may go (chains, tool outputs, the
-    summarizer's input): its kind and, when known, its MIME type."""
-    kind = block.get("type", "media")
-    mime = block.get("mime_type") or ""
-    url = block.get("image_url")
-    url = url.get("url") if isinstance(url, Mapping) else url
-    if not mime and isinstance(url, str) and url.startswith("data:") and ";" in url:
-        mime = url[5 : url.find(";")]
-    return f"[{kind}{' ' + mime if mime else ''} omitted]"
-
-
 def strip_media(content: str | list[Any]) -> str | list[dict[str, Any]]:
     """`content` with image/audio/file blocks replaced by a text placeholder (no base64 in a chain)."""
     if isinstance(content, str):
@@ -53,7 +41,7 @@ def strip_media(content: str | list[Any]) -> str | list[dict[str, Any]]:
         if isinstance(block, str):
             blocks.append({"type": "text", "text": block})
         elif isinstance(block, dict) and block.get("type") in _MEDIA_BLOCK_TYPES:
-            blocks.append({"type": "text", "text": media_placeholder(block)})
+            blocks.append({"type": "text", "text": tool_images.media_line(block)})
         elif isinstance(block, dict):
             blocks.append(block)
         else:

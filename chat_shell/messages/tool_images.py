@@ -125,6 +125,12 @@ def _media(block: Mapping[str, Any]) -> _Media:
     return _Media(placeholder(kind, mime, size, "only images are shown to models", address=address))
 
 
+def media_line(block: Mapping[str, Any]) -> str:
+    """The one stand-in for a media block wherever only text may go (chains, tool outputs, the
+    summarizer's input, the request a model was sent): the line a tool result shows for it."""
+    return _media(block).line
+
+
 def tool_result_content(content: Sequence[Any]) -> str | list[dict[str, Any]] | None:
     """A tool result's list of parts as the model-facing shape: one text (text parts, then a
     placeholder line per media part), followed by the image parts a model may be shown. None

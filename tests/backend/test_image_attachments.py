@@ -111,7 +111,7 @@ async def test_a_model_that_accepts_images_sees_the_picture_on_every_turn(
     assert _image_urls(earlier) == [_data_url(PNG_1X1)] and _image_urls(latest) == []
     # The model-request view names the picture and never carries its bytes.
     shown = [e for e in view["entries"] if e["role"] == "user"]
-    assert any("[image_url image/png omitted]" in e["text"] for e in shown)
+    assert any(f"[image image/png {len(PNG_1X1)} B]" in e["text"] for e in shown)
     assert base64.b64encode(PNG_1X1).decode() not in str(view)
     assert shown[0]["tokens"] >= IMAGE_PART_TOKENS
 

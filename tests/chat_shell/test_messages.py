@@ -45,7 +45,7 @@ def test_multimodal_tool_output_is_json_with_media_replaced() -> None:
     ]
     rendered = tool_output_text(content)
     assert json.loads(rendered) == [
-        {"type": "text", "text": "[image_url image/png omitted]"},
+        {"type": "text", "text": "[image image/png 3 B: not shown, its data is not a PNG, JPEG, GIF or WebP image]"},
         {"type": "text", "text": "chart attached"},
     ]
     assert "base64" not in rendered and "{'type'" not in rendered

@@ -137,7 +137,11 @@ def test_list_content_becomes_json_with_image_placeholders_never_a_python_repr()
     parts = parse(text)
     assert parts is not None
     assert parts.head.startswith('[{"type": "text", "text": "2026-11-')
-    placeholder = '{"type": "text", "text": "[image_url image/png omitted]"}'
+    # The same line as a small result's, before the model's own reason is known.
+    placeholder = (
+        '{"type": "text", "text": "[image image/png 146.5 KB: not shown, '
+        'its data is not a PNG, JPEG, GIF or WebP image]"}'
+    )
     assert parts.tail.endswith(f'{placeholder}, {{"type": "text", "text": "end of results"}}]')
     # A small result with a picture: a model without image input gets its placeholder instead.
     shown = render(tool([{"type": "text", "text": "ok"}, image]), ctx)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from chat_shell.messages.convert import media_placeholder
+from chat_shell.messages.tool_images import media_line
 
 # A message cut across chunks is cut by characters in proportion to its cached count; this
 # margin absorbs the uneven density of real text.
@@ -36,7 +36,7 @@ def message_text(message: BaseMessage) -> str:
         elif isinstance(part, dict) and isinstance(part.get("text"), str):
             parts.append(part["text"])
         elif isinstance(part, dict):
-            parts.append(media_placeholder(part))
+            parts.append(media_line(part))
     return "\n".join(parts)
 
 
