@@ -1,5 +1,5 @@
-"""Fixtures for backend tests: the app pointed at the scripted provider, and empty databases
-for migration tests."""
+"""Fixtures for backend tests: the app pointed at the scripted provider, both runtime modes side
+by side (tests/support/modes.py), a private Redis, and empty databases for migration tests."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import asyncio
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -17,6 +19,7 @@ from backend.app import create_app
 from backend.settings import Settings
 from tests.support import databases
 from tests.support.api import signed_in
+from tests.support.modes import open_modes  # noqa: F401  (fixture for the tests comparing the modes)
 from tests.support.scripted_provider import ScriptedProvider
 from tests.support.servers import free_port, serve
 
@@ -33,11 +36,20 @@ def chat_settings(
     return factory
 
 
+ServeChat = Callable[..., AbstractAsyncContextManager[str]]
+
+
 @pytest.fixture
-async def chat_server(database_url: str, chat_settings: Callable[..., Settings]) -> AsyncIterator[str]:
+def serve_chat(database_url: str, chat_settings: Callable[..., Settings]) -> ServeChat:
+    """Serves the backend on the test's database with `chat_settings` and these overrides: its
+    base URL, for a module's server with settings of its own."""
+    return lambda **overrides: serve(create_app(chat_settings(database_url, **overrides)))
+
+
+@pytest.fixture
+async def chat_server(serve_chat: ServeChat) -> AsyncIterator[str]:
     """The backend with chat_shell in package mode, talking to the scripted provider."""
-    settings = chat_settings(database_url, sse_ping_seconds=0.5)
-    async with serve(create_app(settings)) as base_url:
+    async with serve_chat(sse_ping_seconds=0.5) as base_url:
         yield base_url
 
 
@@ -60,8 +72,14 @@ def unmigrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
     asyncio.run(databases.drop_postgres_database(url))
 
 
+@dataclass(frozen=True)
+class PrivateRedis:
+    url: str
+    process: subprocess.Popen[bytes]
+
+
 @pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     """A Redis of this test alone, so stopping it mid-turn touches nothing else."""
     binary = shutil.which("redis-server")
     if binary is None:
@@ -90,6 +108,6 @@ def private_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]
             break
         except redis.ConnectionError:
             subprocess.run(["sleep", "0.05"], check=False)
-    yield url, process
+    yield PrivateRedis(url, process)
     process.kill()
     process.wait()

@@ -22,9 +22,9 @@ from backend.db import create_engine, session_factory
 from backend.models import InviteCode
 from backend.services.records import auth
 from backend.settings import Settings
-from tests.backend.test_history_modes import open_modes
 from tests.support import databases
 from tests.support.api import PASSWORD, login, new_operator, register, signed_in
+from tests.support.modes import OpenModes
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import serve
 from tests.support.uploads import upload, upload_ok
@@ -321,15 +321,11 @@ async def test_concurrent_sends_on_two_replicas_never_exceed_the_running_turns_l
 
 
 async def test_a_turn_past_its_wall_time_ends_failed_with_its_partial_text_in_both_modes(
-    tmp_path: Path,
-    sqlite_template: Path,
-    make_settings: Callable[..., Settings],
-    scripted_provider: ScriptedProvider,
+    open_modes: OpenModes, scripted_provider: ScriptedProvider
 ) -> None:
     """In package mode and with the runtime as its own service: the reply stops at the limit,
     says why, keeps what it wrote, and the conversation takes the next message."""
-    limited = open_modes(tmp_path, sqlite_template, make_settings, scripted_provider, turn_max_seconds=1)
-    async with limited as modes:
+    async with open_modes(turn_max_seconds=1) as modes:
         for mode in (modes.package, modes.service):
             scripted_provider.reset()
             scripted_provider.script(text("written before the limit", hang=True), text("next answer"))

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 
 import httpx
 import pytest
 from sqlalchemy import select, update
 
-from backend.app import create_app
-from backend.db import create_engine, session_factory
+from backend.db import session_factory
 from backend.models import ApiToken
 from backend.models.base import utcnow
-from backend.settings import Settings
-from tests.support.api import PASSWORD, login, new_user
+from tests.backend.conftest import ServeChat
+from tests.support.api import PASSWORD, login, new_user, started_turn
+from tests.support.databases import engine_for
 from tests.support.scripted_provider import ScriptedProvider, text
-from tests.support.servers import serve
 from tests.support.sse import read_stream
 
 NEW_PASSWORD = "a brand new passphrase 42"
@@ -35,53 +34,49 @@ async def _login_as(base_url: str, username: str, agent: str, password: str = PA
 
 
 async def _tokens_in_db(database_url: str) -> list[ApiToken]:
-    engine = create_engine(database_url)
-    try:
-        async with session_factory(engine)() as db:
-            return list(await db.scalars(select(ApiToken)))
-    finally:
-        await engine.dispose()
+    async with engine_for(database_url) as engine, session_factory(engine)() as db:
+        return list(await db.scalars(select(ApiToken)))
+
+
+@pytest.fixture
+async def laptop(alice: httpx.AsyncClient, server: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A second session of alice's, logged in from Firefox."""
+    client = await _login_as(server, "alice", FIREFOX)
+    yield client
+    await client.aclose()
 
 
 async def test_sessions_list_each_login_with_its_browser_and_marks_this_one(
-    alice: httpx.AsyncClient, bob: httpx.AsyncClient, server: str
+    laptop: httpx.AsyncClient, bob: httpx.AsyncClient
 ) -> None:
-    laptop = await _login_as(server, "alice", FIREFOX)
-    try:
-        listed = await laptop.get("/api/auth/sessions")
-        assert listed.status_code == 200
-        sessions = listed.json()
-        assert len(sessions) == 2
-        (this,) = [s for s in sessions if s["current"]]
-        assert this["user_agent"] == FIREFOX
-        assert this["last_seen_at"] and this["created_at"] and this["expires_at"]
-        (other,) = [s for s in sessions if not s["current"]]
-        assert other["user_agent"].startswith("python-httpx")
-        # Another account sees only its own session; nothing of the secrets is listed.
-        assert [s["current"] for s in (await bob.get("/api/auth/sessions")).json()] == [True]
-        assert "token" not in str(sessions) and "csrf" not in str(sessions)
-    finally:
-        await laptop.aclose()
+    listed = await laptop.get("/api/auth/sessions")
+    assert listed.status_code == 200
+    sessions = listed.json()
+    assert len(sessions) == 2
+    (this,) = [s for s in sessions if s["current"]]
+    assert this["user_agent"] == FIREFOX
+    assert this["last_seen_at"] and this["created_at"] and this["expires_at"]
+    (other,) = [s for s in sessions if not s["current"]]
+    assert other["user_agent"].startswith("python-httpx")
+    # Another account sees only its own session; nothing of the secrets is listed.
+    assert [s["current"] for s in (await bob.get("/api/auth/sessions")).json()] == [True]
+    assert "token" not in str(sessions) and "csrf" not in str(sessions)
 
 
 async def test_logging_one_session_out_ends_only_that_one(
-    alice: httpx.AsyncClient, bob: httpx.AsyncClient, server: str
+    alice: httpx.AsyncClient, laptop: httpx.AsyncClient, bob: httpx.AsyncClient
 ) -> None:
-    laptop = await _login_as(server, "alice", FIREFOX)
-    try:
-        laptop_id = next(s["id"] for s in (await laptop.get("/api/auth/sessions")).json() if s["current"])
-        # Another account's session id reads as missing, and stays logged in.
-        refused = await bob.delete(f"/api/auth/sessions/{laptop_id}")
-        assert refused.status_code == 404 and refused.json()["code"] == "not_found"
-        assert (await laptop.get("/api/auth/me")).status_code == 200
+    laptop_id = next(s["id"] for s in (await laptop.get("/api/auth/sessions")).json() if s["current"])
+    # Another account's session id reads as missing, and stays logged in.
+    refused = await bob.delete(f"/api/auth/sessions/{laptop_id}")
+    assert refused.status_code == 404 and refused.json()["code"] == "not_found"
+    assert (await laptop.get("/api/auth/me")).status_code == 200
 
-        assert (await alice.delete(f"/api/auth/sessions/{laptop_id}")).status_code == 204
-        assert (await laptop.get("/api/auth/me")).status_code == 401
-        assert (await alice.get("/api/auth/me")).status_code == 200
-        assert [s["current"] for s in (await alice.get("/api/auth/sessions")).json()] == [True]
-        assert (await alice.delete(f"/api/auth/sessions/{laptop_id}")).status_code == 404
-    finally:
-        await laptop.aclose()
+    assert (await alice.delete(f"/api/auth/sessions/{laptop_id}")).status_code == 204
+    assert (await laptop.get("/api/auth/me")).status_code == 401
+    assert (await alice.get("/api/auth/me")).status_code == 200
+    assert [s["current"] for s in (await alice.get("/api/auth/sessions")).json()] == [True]
+    assert (await alice.delete(f"/api/auth/sessions/{laptop_id}")).status_code == 404
     # Logging this session out clears its cookie: the next call is anonymous.
     mine = next(s["id"] for s in (await alice.get("/api/auth/sessions")).json())
     assert (await alice.delete(f"/api/auth/sessions/{mine}")).status_code == 204
@@ -182,16 +177,12 @@ async def test_expired_and_revoked_tokens_are_refused(
 ) -> None:
     expiring = (await alice.post("/api/auth/tokens", json={"name": "expiring"})).json()
     revoked = (await alice.post("/api/auth/tokens", json={"name": "revoked"})).json()
-    engine = create_engine(database_url)
-    try:
-        async with engine.begin() as connection:
-            await connection.execute(
-                update(ApiToken)
-                .where(ApiToken.id == expiring["id"])
-                .values(expires_at=utcnow() - timedelta(seconds=1))
-            )
-    finally:
-        await engine.dispose()
+    async with engine_for(database_url) as engine, engine.begin() as connection:
+        await connection.execute(
+            update(ApiToken)
+            .where(ApiToken.id == expiring["id"])
+            .values(expires_at=utcnow() - timedelta(seconds=1))
+        )
     # Another account cannot revoke it; the owner can, once (again is the same answer).
     assert (await bob.delete(f"/api/auth/tokens/{revoked['id']}")).status_code == 404
     first = await alice.delete(f"/api/auth/tokens/{revoked['id']}")
@@ -207,10 +198,9 @@ async def test_expired_and_revoked_tokens_are_refused(
 
 
 @pytest.fixture
-async def checked_server(database_url: str, chat_settings: Callable[..., Settings]) -> AsyncIterator[str]:
+async def checked_server(serve_chat: ServeChat) -> AsyncIterator[str]:
     """Streams re-check their credential every 0.3 s (as a stream served by another replica)."""
-    settings = chat_settings(database_url, stream_auth_check_seconds=0.3)
-    async with serve(create_app(settings)) as base_url:
+    async with serve_chat(stream_auth_check_seconds=0.3) as base_url:
         yield base_url
 
 
@@ -221,10 +211,7 @@ async def test_a_stream_closes_once_its_session_is_logged_out_or_its_token_revok
     owner = await new_user(checked_server, "streamer")
     try:
         scripted_provider.script(text("Never finishes. ", hang=True))
-        cid = (await owner.post("/api/conversations", json={"title": "long"})).json()["id"]
-        assert (
-            await owner.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
-        ).status_code == 202
+        cid = await started_turn(owner, "go")
         if credential == "session":
             reader = await login(checked_server, "streamer")
             mine = next(s["id"] for s in (await reader.get("/api/auth/sessions")).json() if s["current"])

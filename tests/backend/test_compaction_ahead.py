@@ -35,17 +35,35 @@ SUMMARY = "Budget 8000 EUR; order ORD-48213."
 SIZES = {**SMALL_COMPACTION, "compaction_heartbeat_seconds": 0.2}
 
 
+class Summaries:
+    """The summarizer's side of the provider: counts calls, optionally slow or failing."""
+
+    def __init__(self, provider: ScriptedProvider, reply: Reply | None = None) -> None:
+        self.called = asyncio.Event()
+        self.reply = reply or text(SUMMARY)
+        provider.default_summary = self.answer  # type: ignore[method-assign]
+
+    def answer(self, body: dict[str, Any]) -> Reply:
+        self.called.set()
+        return self.reply
+
+
 @dataclass
 class Backend:
     app: FastAPI
     client: httpx.AsyncClient
     database_url: str
+    summaries: Summaries
 
     @property
     def ahead(self) -> AheadCompactions:
         ahead = self.app.state.ctx.runner.ahead
         assert ahead is not None
         return ahead
+
+    async def settled(self, cid: int) -> None:
+        """Waits until no job compacts the conversation ahead of time."""
+        await until(lambda: not self.ahead.running(cid))
 
     async def rows(self, cid: int) -> list[tuple[str, str, int | None]]:
         async with self.app.state.ctx.sessions() as db:
@@ -67,11 +85,13 @@ class Backend:
 
 def _backend_fixture(**extra: object) -> Any:
     @pytest.fixture
-    async def backend(database_url: str, chat_settings: Callable[..., Settings]) -> AsyncIterator[Backend]:
+    async def backend(
+        database_url: str, chat_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
+    ) -> AsyncIterator[Backend]:
         settings = chat_settings(database_url, **SIZES, **extra)
         app = create_app(settings)
         async with serve(app) as base_url, signed_in(base_url, "ahead") as client:
-            yield Backend(app, client, database_url)
+            yield Backend(app, client, database_url, Summaries(scripted_provider))
 
     return backend
 
@@ -108,22 +128,13 @@ async def history(client: httpx.AsyncClient, cid: int) -> dict[str, Any]:
     return response.json()
 
 
-class Summaries:
-    """The summarizer's side of the provider: counts calls, optionally slow or failing."""
-
-    def __init__(self, provider: ScriptedProvider, reply: Reply | None = None) -> None:
-        self.called = asyncio.Event()
-        self.reply = reply or text(SUMMARY)
-        provider.default_summary = self.answer  # type: ignore[method-assign]
-
-    def answer(self, body: dict[str, Any]) -> Reply:
-        self.called.set()
-        return self.reply
-
-
-async def until_ahead(backend: Backend, title: str, summaries: Summaries) -> tuple[int, int]:
+async def until_ahead(backend: Backend, title: str, reply: Reply | None = None) -> tuple[int, int]:
     """A new conversation, and turns in it until one ends at or above the pre-trigger and its job
-    calls the summarizer: the conversation's id and that turn's assistant message id."""
+    calls the summarizer (answering `reply`, if given): the conversation's id and that turn's
+    assistant message id."""
+    summaries = backend.summaries
+    if reply is not None:
+        summaries.reply = reply
     cid = int((await backend.client.post("/api/conversations", json={"title": title})).json()["id"])
     for turn in range(12):
         body = await send(backend.client, cid, f"Turn {turn}: " + WORDS * 40)
@@ -138,9 +149,8 @@ async def test_the_turn_after_the_pre_trigger_sends_the_checkpoint_and_calls_no_
     backend: Backend, scripted_provider: ScriptedProvider
 ) -> None:
     client = backend.client
-    summaries = Summaries(scripted_provider)
-    cid, crossing = await until_ahead(backend, "ahead", summaries)
-    await until(lambda: not backend.ahead.running(cid))
+    cid, crossing = await until_ahead(backend, "ahead")
+    await backend.settled(cid)
     # The checkpoint is on the crossing turn's assistant message, before any further send.
     found = await history(client, cid)
     assert found["checkpoint_message_id"] == crossing
@@ -162,12 +172,11 @@ async def test_the_turn_after_the_pre_trigger_sends_the_checkpoint_and_calls_no_
 
 
 async def test_operators_see_ahead_as_its_own_strategy_on_the_dashboard_and_in_prometheus(
-    telemetry: Recorded, observed_backend: Backend, scripted_provider: ScriptedProvider
+    telemetry: Recorded, observed_backend: Backend
 ) -> None:
     backend, client = observed_backend, observed_backend.client
-    summaries = Summaries(scripted_provider)
-    cid, _ = await until_ahead(backend, "observed", summaries)
-    await until(lambda: not backend.ahead.running(cid))
+    cid, _ = await until_ahead(backend, "observed")
+    await backend.settled(cid)
     operator = await new_operator(str(client.base_url), backend.database_url, "operator")
     try:
         summary = (await operator.get("/api/metrics/summary", params={"window": "1h"})).json()
@@ -190,8 +199,7 @@ async def test_a_send_during_the_background_compaction_waits_for_it_and_uses_it(
     backend: Backend, scripted_provider: ScriptedProvider
 ) -> None:
     client = backend.client
-    summaries = Summaries(scripted_provider, text(SUMMARY, first_token_delay=1.5))
-    cid, crossing = await until_ahead(backend, "waits", summaries)
+    cid, crossing = await until_ahead(backend, "waits", text(SUMMARY, first_token_delay=1.5))
     assert backend.ahead.running(cid)
     await send(client, cid, "Still there?", wait=False)
     stream = await read_stream(client, cid)
@@ -209,15 +217,12 @@ async def test_a_send_during_the_background_compaction_waits_for_it_and_uses_it(
     assert [row[:2] for row in await backend.rows(cid)] == [("summary_ahead", "completed")]
 
 
-async def test_a_failed_background_summary_leaves_the_inline_path(
-    late_backend: Backend, scripted_provider: ScriptedProvider
-) -> None:
+async def test_a_failed_background_summary_leaves_the_inline_path(late_backend: Backend) -> None:
     client = late_backend.client
-    summaries = Summaries(scripted_provider, http_error(500))
-    cid, _ = await until_ahead(late_backend, "fails", summaries)
-    await until(lambda: not late_backend.ahead.running(cid))
+    cid, _ = await until_ahead(late_backend, "fails", http_error(500))
+    await late_backend.settled(cid)
     assert (await history(client, cid)).get("checkpoint_message_id") is None
-    summaries.reply = text(SUMMARY)
+    late_backend.summaries.reply = text(SUMMARY)
     body = await send(client, cid, "Next: " + WORDS * 40)
     records = body["assistant_message"]["result"]["context_compactions"]
     assert [(r["strategy"], r["status"]) for r in records] == [("summary_compact", "completed")]
@@ -226,14 +231,11 @@ async def test_a_failed_background_summary_leaves_the_inline_path(
     assert [row[:2] for row in rows[:2]] == [("summary_ahead", "fallback"), ("summary_compact", "completed")]
 
 
-async def test_a_conversation_deleted_during_the_job_gets_nothing_stored(
-    backend: Backend, scripted_provider: ScriptedProvider
-) -> None:
+async def test_a_conversation_deleted_during_the_job_gets_nothing_stored(backend: Backend) -> None:
     client = backend.client
-    summaries = Summaries(scripted_provider, text(SUMMARY, first_token_delay=1.0))
-    cid, crossing = await until_ahead(backend, "deleted", summaries)
+    cid, crossing = await until_ahead(backend, "deleted", text(SUMMARY, first_token_delay=1.0))
     assert (await client.delete(f"/api/conversations/{cid}")).status_code == 204
-    await until(lambda: not backend.ahead.running(cid))
+    await backend.settled(cid)
     assert await backend.rows(cid) == []
     async with backend.app.state.ctx.sessions() as db:
         message = await db.get(Message, await backend.message_pk(cid, crossing))
@@ -283,16 +285,13 @@ async def test_kill_9_during_a_background_compaction_leaves_no_half_checkpoint(
         await client.aclose()
 
 
-async def test_stopping_a_turn_that_waits_ends_it_and_leaves_the_job_running(
-    backend: Backend, scripted_provider: ScriptedProvider
-) -> None:
+async def test_stopping_a_turn_that_waits_ends_it_and_leaves_the_job_running(backend: Backend) -> None:
     client = backend.client
-    summaries = Summaries(scripted_provider, text(SUMMARY, first_token_delay=2.0))
-    cid, crossing = await until_ahead(backend, "stopped", summaries)
+    cid, crossing = await until_ahead(backend, "stopped", text(SUMMARY, first_token_delay=2.0))
     await send(client, cid, "Never mind.", wait=False)
     assert (await client.post(f"/api/conversations/{cid}/stop")).status_code == 202
     stream = await read_stream(client, cid)
     assert stream.terminal is not None and stream.terminal.event == "turn.cancelled"
     assert backend.ahead.running(cid)  # the stop did not wait for the summary
-    await until(lambda: not backend.ahead.running(cid))
+    await backend.settled(cid)
     assert (await history(client, cid))["checkpoint_message_id"] == crossing

@@ -5,16 +5,13 @@ K+1..N-1 and the new input, byte for byte, and both modes send the same bytes.""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from langchain_openai.chat_models.base import _convert_message_to_dict
 
-from backend.settings import Settings
 from chat_shell.contracts import ChainMessage
 from chat_shell.messages.convert import to_langchain
-from tests.backend.test_history_modes import Mode, open_modes
+from tests.support.modes import Mode, OpenModes
 from tests.support.scripted_provider import ScriptedProvider, is_summary_request
 from tests.support.texts import SMALL_COMPACTION, WORDS
 
@@ -49,12 +46,9 @@ async def _conversation(mode: Mode, provider: ScriptedProvider) -> list[dict[str
 
 
 async def test_turns_after_a_compaction_send_the_checkpoint_and_later_chains_in_both_modes(
-    tmp_path: Path,
-    sqlite_template: Path,
-    make_settings: Callable[..., Settings],
-    scripted_provider: ScriptedProvider,
+    open_modes: OpenModes, scripted_provider: ScriptedProvider
 ) -> None:
-    async with open_modes(tmp_path, sqlite_template, make_settings, scripted_provider, **COMPACTING) as modes:
+    async with open_modes(**COMPACTING) as modes:
         package = await _conversation(modes.package, scripted_provider)
         service = await _conversation(modes.service, scripted_provider)
     later = [turn for turn in package if turn["after_compaction"]]

@@ -13,7 +13,7 @@ from sqlalchemy.engine import make_url
 
 from backend.app import create_app
 from backend.settings import Settings
-from tests.support.api import new_user
+from tests.support.api import new_user, started_turn
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import serve
 from tests.support.sse import read_stream
@@ -70,10 +70,7 @@ async def test_a_turn_streaming_while_the_database_is_locked_loses_no_event(
     scripted_provider.script(text(reply, token_delay=0.1))
     client = await new_user(impatient_server, "streamer")
     try:
-        cid = (await client.post("/api/conversations", json={"title": "t"})).json()["id"]
-        assert (
-            await client.post(f"/api/conversations/{cid}/messages", json={"content": "count"})
-        ).status_code == 202
+        cid = await started_turn(client, "count", title="t")
         reading = asyncio.create_task(read_stream(client, cid))
         await asyncio.sleep(0.3)
         # Longer than the busy timeout, in the middle of the turn: the event log's group

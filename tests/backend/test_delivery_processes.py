@@ -7,12 +7,12 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.backend.conftest import PrivateRedis
 from tests.support.api import new_user
 from tests.support.processes import ROOT, BackendProcess, backend_env
 from tests.support.scripted_provider import ScriptedProvider, text
@@ -73,9 +73,13 @@ async def test_a_crash_mid_turn_leaves_an_interrupted_message_with_its_partial_t
         await client.aclose()
 
 
+# A user's session, as a client of each replica.
+OnBoth = tuple[httpx.AsyncClient, httpx.AsyncClient]
+
+
 @pytest.fixture
 async def replicas(
-    postgres_url: str, tmp_path: Path, scripted_provider: ScriptedProvider, private_redis: tuple[str, object]
+    postgres_url: str, tmp_path: Path, scripted_provider: ScriptedProvider, private_redis: PrivateRedis
 ) -> AsyncIterator[tuple[BackendProcess, BackendProcess]]:
     from tests.conftest import _off_loop
     from tests.support import databases
@@ -86,7 +90,7 @@ async def replicas(
         postgres_url,
         tmp_path / "data",
         scripted_provider.base_url,
-        CHAT_SHELL_REDIS_URL=private_redis[0],
+        CHAT_SHELL_REDIS_URL=private_redis.url,
         CHAT_SHELL_STREAM_LOG_POLL_SECONDS=str(FALLBACK_POLL_SECONDS),
     )
     a = BackendProcess(env, tmp_path / "a.log")
@@ -97,13 +101,11 @@ async def replicas(
     b.stop()
 
 
-@asynccontextmanager
-async def _one_user_on_both(
-    replicas: tuple[BackendProcess, BackendProcess], username: str
-) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+@pytest.fixture
+async def on_both(replicas: tuple[BackendProcess, BackendProcess]) -> AsyncIterator[OnBoth]:
     """A new user's session, as a client of each replica."""
     a, b = replicas
-    on_a = await new_user(a.base_url, username)
+    on_a = await new_user(a.base_url, "roamer")
     on_b = httpx.AsyncClient(base_url=b.base_url, cookies=on_a.cookies, headers=on_a.headers, timeout=30)
     try:
         yield on_a, on_b
@@ -121,42 +123,40 @@ async def _long_turn(client: httpx.AsyncClient, provider: ScriptedProvider, toke
 
 
 async def test_a_client_on_another_replica_follows_resumes_and_stops_the_turn(
-    replicas: tuple[BackendProcess, BackendProcess], scripted_provider: ScriptedProvider
+    on_both: OnBoth, scripted_provider: ScriptedProvider
 ) -> None:
-    async with _one_user_on_both(replicas, "roamer") as (on_a, on_b):
-        cid = await _long_turn(on_a, scripted_provider, 0.005)
-        refused = await on_b.post(f"/api/conversations/{cid}/messages", json={"content": "again"})
-        assert refused.status_code == 409
-        head = await read_stream(on_b, cid, stop_after=15)
-        tail = await read_stream(on_b, cid, last_event_id=head.events[-1].id)
-        events = head.events + tail.events
-        assert [e.seq for e in events] == list(range(1, len(events) + 1))
-        stored = await _wait_status(on_b, cid, {"completed"})
-        assert head.text + tail.text == stored["result"]["value"] == LONG
+    on_a, on_b = on_both
+    cid = await _long_turn(on_a, scripted_provider, 0.005)
+    refused = await on_b.post(f"/api/conversations/{cid}/messages", json={"content": "again"})
+    assert refused.status_code == 409
+    head = await read_stream(on_b, cid, stop_after=15)
+    tail = await read_stream(on_b, cid, last_event_id=head.events[-1].id)
+    events = head.events + tail.events
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    stored = await _wait_status(on_b, cid, {"completed"})
+    assert head.text + tail.text == stored["result"]["value"] == LONG
 
-        # A stop sent to replica B reaches the turn running on replica A.
-        scripted_provider.script(text(LONG, token_delay=0.03))
-        await on_a.post(f"/api/conversations/{cid}/messages", json={"content": "once more"})
-        await read_stream(on_b, cid, stop_after=5)
-        assert (await on_b.post(f"/api/conversations/{cid}/stop")).status_code == 202
-        cancelled = await _wait_status(on_a, cid, {"cancelled"}, within=15)
-        assert 0 < len(cancelled["result"]["value"]) < len(LONG)
+    # A stop sent to replica B reaches the turn running on replica A.
+    scripted_provider.script(text(LONG, token_delay=0.03))
+    await on_a.post(f"/api/conversations/{cid}/messages", json={"content": "once more"})
+    await read_stream(on_b, cid, stop_after=5)
+    assert (await on_b.post(f"/api/conversations/{cid}/stop")).status_code == 202
+    cancelled = await _wait_status(on_a, cid, {"cancelled"}, within=15)
+    assert 0 < len(cancelled["result"]["value"]) < len(LONG)
 
 
 async def test_losing_redis_mid_turn_loses_nothing(
-    replicas: tuple[BackendProcess, BackendProcess],
-    scripted_provider: ScriptedProvider,
-    private_redis: tuple[str, subprocess.Popen[bytes]],
+    on_both: OnBoth, scripted_provider: ScriptedProvider, private_redis: PrivateRedis
 ) -> None:
-    async with _one_user_on_both(replicas, "steady") as (on_a, on_b):
-        cid = await _long_turn(on_a, scripted_provider, 0.01)
-        reading = asyncio.create_task(read_stream(on_b, cid))
-        await asyncio.sleep(0.5)
-        private_redis[1].kill()  # Redis goes away mid-turn
-        read = await asyncio.wait_for(reading, 60)
-        stored = await _wait_status(on_a, cid, {"completed"})
-        assert read.text == stored["result"]["value"] == LONG
-        assert [e.seq for e in read.events] == list(range(1, len(read.events) + 1))
+    on_a, on_b = on_both
+    cid = await _long_turn(on_a, scripted_provider, 0.01)
+    reading = asyncio.create_task(read_stream(on_b, cid))
+    await asyncio.sleep(0.5)
+    private_redis.process.kill()  # Redis goes away mid-turn
+    read = await asyncio.wait_for(reading, 60)
+    stored = await _wait_status(on_a, cid, {"completed"})
+    assert read.text == stored["result"]["value"] == LONG
+    assert [e.seq for e in read.events] == list(range(1, len(read.events) + 1))
 
 
 async def _arrivals(client: httpx.AsyncClient, cid: int) -> dict[int, float]:
@@ -173,37 +173,35 @@ async def _arrivals(client: httpx.AsyncClient, cid: int) -> dict[int, float]:
 
 
 async def test_live_events_reach_another_replica_through_redis_without_delay(
-    replicas: tuple[BackendProcess, BackendProcess], scripted_provider: ScriptedProvider
+    on_both: OnBoth, scripted_provider: ScriptedProvider
 ) -> None:
     """A client on replica B hears each event about when a client on replica A (which runs the
     turn) does; with the log's fallback re-read 30 s apart, only Redis can carry them that fast."""
-    async with _one_user_on_both(replicas, "near") as (on_a, on_b):
-        scripted_provider.script(text(LONG, token_delay=0.01))
-        cid = (await on_a.post("/api/conversations", json={"title": "fan-out"})).json()["id"]
-        await on_a.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
-        on_a_times, on_b_times = await asyncio.gather(_arrivals(on_a, cid), _arrivals(on_b, cid))
-        assert on_a_times.keys() == on_b_times.keys()
-        # Events already in the log when B subscribed arrive in its first read; the rest are live.
-        added = sorted(on_b_times[seq] - on_a_times[seq] for seq in on_a_times if seq > 5)
-        assert len(added) > 20
-        assert added[len(added) // 2] < 0.25, added
-        assert added[-1] < FALLBACK_POLL_SECONDS / 3, added
+    on_a, on_b = on_both
+    scripted_provider.script(text(LONG, token_delay=0.01))
+    cid = (await on_a.post("/api/conversations", json={"title": "fan-out"})).json()["id"]
+    await on_a.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
+    on_a_times, on_b_times = await asyncio.gather(_arrivals(on_a, cid), _arrivals(on_b, cid))
+    assert on_a_times.keys() == on_b_times.keys()
+    # Events already in the log when B subscribed arrive in its first read; the rest are live.
+    added = sorted(on_b_times[seq] - on_a_times[seq] for seq in on_a_times if seq > 5)
+    assert len(added) > 20
+    assert added[len(added) // 2] < 0.25, added
+    assert added[-1] < FALLBACK_POLL_SECONDS / 3, added
 
 
 async def test_a_stop_sent_to_another_replica_without_redis_stops_the_turn(
-    replicas: tuple[BackendProcess, BackendProcess],
-    scripted_provider: ScriptedProvider,
-    private_redis: tuple[str, subprocess.Popen[bytes]],
+    on_both: OnBoth, scripted_provider: ScriptedProvider, private_redis: PrivateRedis
 ) -> None:
-    async with _one_user_on_both(replicas, "unbroken") as (on_a, on_b):
-        private_redis[1].kill()
-        cid = await _long_turn(on_a, scripted_provider, 0.03)
-        await read_stream(on_a, cid, stop_after=5)
-        asked = asyncio.get_running_loop().time()
-        assert (await on_b.post(f"/api/conversations/{cid}/stop")).status_code == 202
-        cancelled = await _wait_status(on_a, cid, {"cancelled"}, within=15)
-        assert asyncio.get_running_loop().time() - asked < 5
-        assert 0 < len(cancelled["result"]["value"]) < len(LONG)
+    on_a, on_b = on_both
+    private_redis.process.kill()
+    cid = await _long_turn(on_a, scripted_provider, 0.03)
+    await read_stream(on_a, cid, stop_after=5)
+    asked = asyncio.get_running_loop().time()
+    assert (await on_b.post(f"/api/conversations/{cid}/stop")).status_code == 202
+    cancelled = await _wait_status(on_a, cid, {"cancelled"}, within=15)
+    assert asyncio.get_running_loop().time() - asked < 5
+    assert 0 < len(cancelled["result"]["value"]) < len(LONG)
 
 
 def test_several_workers_refuse_sqlite_with_the_fix(sqlite_url: str, tmp_path: Path) -> None:
@@ -227,14 +225,14 @@ async def test_several_workers_on_postgres_and_redis_share_turns_and_stops(
     postgres_url: str,
     tmp_path: Path,
     scripted_provider: ScriptedProvider,
-    private_redis: tuple[str, subprocess.Popen[bytes]],
+    private_redis: PrivateRedis,
 ) -> None:
     from tests.conftest import _off_loop
     from tests.support import databases
 
     _off_loop(lambda: databases.truncate_all(postgres_url))
     env = backend_env(
-        postgres_url, tmp_path / "data", scripted_provider.base_url, CHAT_SHELL_REDIS_URL=private_redis[0]
+        postgres_url, tmp_path / "data", scripted_provider.base_url, CHAT_SHELL_REDIS_URL=private_redis.url
     )
     server = await asyncio.to_thread(BackendProcess(env, tmp_path / "workers.log", "--workers", "2").start)
     client = await new_user(server.base_url, "crowd")

@@ -21,7 +21,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.app import create_app
-from backend.db import create_engine
 from backend.models import Turn, TurnStatus
 from backend.services.delivery import turn_runner
 from backend.settings import Settings
@@ -128,10 +127,12 @@ async def test_a_killed_database_connection_ends_the_turn_failed_with_its_partia
     postgres_url: str, chat_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
 ) -> None:
     _off_loop(lambda: databases.truncate_all(postgres_url))
-    engine = create_engine(postgres_url)
     admin = await asyncpg.connect(databases.asyncpg_dsn(postgres_url))
     try:
-        async with _backend(chat_settings(postgres_url), "cutoff") as client:
+        async with (
+            databases.engine_for(postgres_url) as engine,
+            _backend(chat_settings(postgres_url), "cutoff") as client,
+        ):
             cid, head = await _start_long_turn(client, scripted_provider)
             # The next commit of the log waits on a lock; its connection is killed mid-write.
             async with admin.transaction():
@@ -143,28 +144,26 @@ async def test_a_killed_database_connection_ends_the_turn_failed_with_its_partia
             assert await _running_turns(engine) == 0
     finally:
         await admin.close()
-        await engine.dispose()
 
 
 async def test_writes_refused_for_a_while_end_the_turn_once_they_are_accepted(
     database_url: str, chat_settings: Callable[..., Settings], scripted_provider: ScriptedProvider
 ) -> None:
-    engine = create_engine(database_url)
     dialect = make_url(database_url).get_backend_name()
-    try:
-        async with _backend(chat_settings(database_url), "refused") as client:
-            cid, head = await _start_long_turn(client, scripted_provider)
-            await _execute(engine, REFUSE[dialect])
-            await asyncio.sleep(1.0)
-            assert (await client.get(f"/api/conversations/{cid}/messages")).json()["items"][-1][
-                "status"
-            ] == "running"
-            await _execute(engine, ACCEPT[dialect])
-            await _ended_failed_with_what_was_shown(client, cid, head)
-            await _takes_the_next_message(client, cid, scripted_provider)
-            assert await _running_turns(engine) == 0
-    finally:
-        await engine.dispose()
+    async with (
+        databases.engine_for(database_url) as engine,
+        _backend(chat_settings(database_url), "refused") as client,
+    ):
+        cid, head = await _start_long_turn(client, scripted_provider)
+        await _execute(engine, REFUSE[dialect])
+        await asyncio.sleep(1.0)
+        assert (await client.get(f"/api/conversations/{cid}/messages")).json()["items"][-1][
+            "status"
+        ] == "running"
+        await _execute(engine, ACCEPT[dialect])
+        await _ended_failed_with_what_was_shown(client, cid, head)
+        await _takes_the_next_message(client, cid, scripted_provider)
+        assert await _running_turns(engine) == 0
 
 
 async def test_writes_refused_past_the_retries_are_ended_by_the_next_start(
@@ -174,9 +173,8 @@ async def test_writes_refused_past_the_retries_are_ended_by_the_next_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(turn_runner, "END_ATTEMPTS", 2)
-    engine = create_engine(sqlite_url)
     settings = chat_settings(sqlite_url)
-    try:
+    async with databases.engine_for(sqlite_url) as engine:
         async with _backend(settings, "outlasted") as client:
             cid, head = await _start_long_turn(client, scripted_provider)
             await _execute(engine, REFUSE["sqlite"])
@@ -193,5 +191,3 @@ async def test_writes_refused_past_the_retries_are_ended_by_the_next_start(
                 assert await _running_turns(engine) == 0
             finally:
                 await again.aclose()
-    finally:
-        await engine.dispose()

@@ -14,7 +14,6 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,8 +25,8 @@ from backend.services.records.titles import GeneratedTitles
 from backend.settings import Settings
 from chat_shell.accounting.text_counter import TiktokenText
 from chat_shell.titles import TITLE_INPUT_TOKENS, TITLE_OUTPUT_TOKENS
-from tests.backend.test_history_modes import open_modes
 from tests.support.api import signed_in
+from tests.support.modes import OpenModes
 from tests.support.scripted_provider import Reply, ScriptedProvider, content_text, http_error, text
 from tests.support.servers import serve
 
@@ -181,12 +180,9 @@ async def test_with_generated_titles_off_the_first_line_stays(
 
 
 async def test_service_mode_names_conversations_as_package_mode_does(
-    tmp_path: Path,
-    sqlite_template: Path,
-    make_settings: Callable[..., Settings],
-    scripted_provider: ScriptedProvider,
+    open_modes: OpenModes, scripted_provider: ScriptedProvider
 ) -> None:
-    async with open_modes(tmp_path, sqlite_template, make_settings, scripted_provider) as modes:
+    async with open_modes() as modes:
         named = []
         for mode in (modes.package, modes.service):
             scripted_provider.reset()

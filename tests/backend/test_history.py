@@ -21,17 +21,7 @@ from backend.settings import Settings
 from chat_shell.contracts import ChainMessage, ContextMetrics, ModelHistory, TurnResult
 from tests.support.api import new_user, serve_with_owner
 from tests.support.capabilities import CAPABILITY_KEY, capability, end_turn, running_turn
-from tests.support.history import (
-    CASES,
-    NONE,
-    RETAINED,
-    SUMMARY,
-    SUMMARY_PREFIX,
-    retained,
-    seed_cases,
-    shape,
-    summary,
-)
+from tests.support.history import CASES, SUMMARY_PREFIX, retained, rows, seed_cases, shape, summary
 from tests.support.scripted_provider import ScriptedProvider, text
 
 LIMITS = (None, 0, 1, 2, 1000)
@@ -182,11 +172,13 @@ async def test_a_turn_that_ends_without_a_chain_keeps_the_checkpoint_it_stored(w
         error = {"code": "runtime_unavailable", "message": "gone"}
         await turns.finish_turn(db, started, TurnStatus.FAILED, lost, error, utcnow(), 1)
         await rollups.write_staged(db)
-    assert shape(await world.resolved(cid)) == [
-        ("user", f"{SUMMARY_PREFIX}\nS-mid", SUMMARY),
-        ("user", "go on", RETAINED),
-        ("assistant", "cut sho", NONE),
-    ]
+    assert shape(await world.resolved(cid)) == rows(
+        """
+        user summary  | S-mid
+        user retained | go on
+        assistant     | cut sho
+        """
+    )
 
 
 # -- the turn capability ---------------------------------------------------------------------

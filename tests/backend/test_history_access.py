@@ -29,7 +29,7 @@ from tests.support.api import new_user, serve_with_owner
 from tests.support.attachments import count_tokens
 from tests.support.capabilities import CAPABILITY_KEY, capability, running_turn
 from tests.support.files import corrupt, docx_bytes, log_bytes
-from tests.support.history import Seeder, ai, call, retained, summary, text_blocks, tool
+from tests.support.history import Seeder, ai, call, retained, summary, text_blocks, tool, tool_block
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.uploads import upload_ok
 
@@ -97,13 +97,7 @@ async def _seed_long_conversation(backend: Backend) -> tuple[int, int]:
             ai("Done."),
             blocks=text_blocks(
                 "Running.",
-                {
-                    "type": "tool",
-                    "call_id": "call_big",
-                    "name": "generate_report",
-                    "args": {},
-                    "output": output,
-                },
+                tool_block("call_big", output),
                 "\n\nDone.",
             ),
             value="Running.\n\nDone.",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,9 +23,9 @@ from backend.app import create_app
 from backend.settings import Settings
 from chat_shell.accounting.token_counter import IMAGE_PART_TOKENS
 from chat_shell.contracts import MAX_MODEL_IMAGE_BYTES
-from tests.backend.test_history_modes import open_modes
 from tests.support.api import signed_in
 from tests.support.files import PNG_1X1, corrupt
+from tests.support.modes import OpenModes
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import serve
 from tests.support.uploads import upload_ok
@@ -153,14 +152,9 @@ async def test_other_models_and_oversized_images_get_a_note_and_no_picture(
 
 
 async def test_service_mode_sends_the_same_picture_as_package_mode(
-    tmp_path: Path,
-    sqlite_template: Path,
-    make_settings: Callable[..., Settings],
-    scripted_provider: ScriptedProvider,
+    open_modes: OpenModes, scripted_provider: ScriptedProvider
 ) -> None:
-    async with open_modes(
-        tmp_path, sqlite_template, make_settings, scripted_provider, profiles=SEES_IMAGES
-    ) as modes:
+    async with open_modes(profiles=SEES_IMAGES) as modes:
         requests = []
         for mode in (modes.package, modes.service):
             cid, ids = await _conversation_with(mode.client, [("dot.png", PNG_1X1)])

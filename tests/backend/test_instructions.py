@@ -4,23 +4,20 @@ oversized set is refused by name, presets are each user's own."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
-from backend.app import create_app
-from backend.settings import Settings
+from tests.backend.conftest import ServeChat
 from tests.support.api import assistant_reply, signed_in
 from tests.support.scripted_provider import ScriptedProvider, text
-from tests.support.servers import serve
 
 OPERATOR_PROMPT = "Operator-only rules: never mention the internal codename BLUEFIN."
 
 
 @pytest.fixture
-async def instructed(database_url: str, chat_settings: Callable[..., Settings]) -> AsyncIterator[str]:
-    settings = chat_settings(database_url, system_prompt=OPERATOR_PROMPT, context_window=16_000)
-    async with serve(create_app(settings)) as base_url:
+async def instructed(serve_chat: ServeChat) -> AsyncIterator[str]:
+    async with serve_chat(system_prompt=OPERATOR_PROMPT, context_window=16_000) as base_url:
         yield base_url
 
 

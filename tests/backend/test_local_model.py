@@ -29,6 +29,7 @@ from tests.support.local_model import (
     new_conversation,
     require_local_model,
     send,
+    smollm2_settings,
 )
 from tests.support.servers import serve
 from tests.support.sse import read_stream
@@ -87,8 +88,7 @@ async def test_the_local_model_takes_content_given_as_text_parts(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:
     """The summarizer sends its transcript as text parts."""
-    require_local_model()
-    app = create_app(local_settings(make_settings, sqlite_url, local_model="smollm2-135m"))
+    app = create_app(smollm2_settings(make_settings, sqlite_url))
     async with serve(app):
         server = await local_model_ready(app)
         profile = resolve_profile(SMOLLM2_MODEL_NAME, max_output_tokens=16)
@@ -128,13 +128,11 @@ async def _push_over_the_window(client: httpx.AsyncClient, turns: int) -> tuple[
 async def test_a_conversation_over_the_window_is_summarized_by_the_local_model(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    require_local_model()
     # A 2048-token window (the server's too) halves the turns and the summary's input: the
     # summarizer's path is the same, at half the default suite's time.
-    settings = local_settings(
+    settings = smollm2_settings(
         make_settings,
         sqlite_url,
-        local_model="smollm2-135m",
         context_window=2048,
         max_output_tokens=16,
         summary_max_tokens=120,

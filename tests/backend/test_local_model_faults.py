@@ -38,6 +38,7 @@ from tests.support.local_model import (
     new_conversation,
     require_local_model,
     send,
+    smollm2_settings,
     standin_command,
     write_gguf,
 )
@@ -201,8 +202,7 @@ async def test_a_server_crashing_every_third_request_fails_those_turns_then_stop
 async def test_a_server_killed_mid_turn_fails_that_turn_clearly_and_serves_the_next(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    require_local_model()
-    settings = local_settings(make_settings, sqlite_url, local_model="smollm2-135m", max_output_tokens=400)
+    settings = smollm2_settings(make_settings, sqlite_url, max_output_tokens=400)
     app = create_app(settings)
     async with serve(app) as base_url:
         server = await local_model_ready(app)
@@ -232,14 +232,7 @@ async def test_a_server_killed_mid_turn_fails_that_turn_clearly_and_serves_the_n
 async def test_a_taken_preferred_port_is_replaced_by_a_free_one(
     sqlite_url: str, make_settings: Callable[..., Settings], taken_port: int
 ) -> None:
-    require_local_model()
-    settings = local_settings(
-        make_settings,
-        sqlite_url,
-        local_model="smollm2-135m",
-        local_model_port=taken_port,
-        max_output_tokens=16,
-    )
+    settings = smollm2_settings(make_settings, sqlite_url, local_model_port=taken_port, max_output_tokens=16)
     app = create_app(settings)
     async with serve(app) as base_url:
         server = await local_model_ready(app)
@@ -335,9 +328,7 @@ def test_a_corrupted_model_file_is_refused_naming_the_file_and_force(
 ) -> None:
     model = CATALOG["smollm2-135m"]
     path = catalog_path(model, model_cache_copy)
-    settings = local_settings(
-        make_settings, sqlite_url, local_model="smollm2-135m", local_model_cache=model_cache_copy
-    )
+    settings = smollm2_settings(make_settings, sqlite_url, local_model_cache=model_cache_copy)
     install_model(settings, lambda _: None)  # intact: verified and stamped
     _flip_a_byte(path, model.size_bytes // 2)  # changes the file after its stamp
 

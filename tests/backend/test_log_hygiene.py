@@ -13,10 +13,11 @@ import pytest
 from sqlalchemy import select
 
 from backend.app import create_app
-from backend.db import create_engine, session_factory
+from backend.db import session_factory
 from backend.models import User
 from backend.settings import Settings
 from tests.support.api import PASSWORD
+from tests.support.databases import engine_for
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import serve
 
@@ -35,12 +36,8 @@ def _logged_text(caplog: pytest.LogCaptureFixture) -> str:
 
 
 async def _password_hash(database_url: str) -> str:
-    engine = create_engine(database_url)
-    try:
-        async with session_factory(engine)() as db:
-            return (await db.scalars(select(User.password_hash))).one()
-    finally:
-        await engine.dispose()
+    async with engine_for(database_url) as engine, session_factory(engine)() as db:
+        return (await db.scalars(select(User.password_hash))).one()
 
 
 async def test_no_secret_reaches_a_log_line(

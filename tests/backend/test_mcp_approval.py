@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from backend.app import create_app
 from backend.settings import Settings
 from chat_shell.tools.approvals import denied_message
+from tests.backend.conftest import PrivateRedis
 from tests.support.api import login, signed_in
 from tests.support.mcp_servers import stdio_server
 from tests.support.scripted_provider import ScriptedProvider, text, tool_call
@@ -212,10 +212,10 @@ async def test_a_decision_sent_to_another_replica_resumes_the_turn_running_on_th
     postgres_url: str,
     chat_settings: Callable[..., Settings],
     scripted_provider: ScriptedProvider,
-    private_redis: tuple[str, subprocess.Popen[bytes]],
+    private_redis: PrivateRedis,
     tmp_path: Path,
 ) -> None:
-    async with _replicas(chat_settings, postgres_url, private_redis[0], tmp_path) as (chat, on_b):
+    async with _replicas(chat_settings, postgres_url, private_redis.url, tmp_path) as (chat, on_b):
         cid, call_id = await _paused_turn(chat, scripted_provider, ["ops_touch"])
         decision = {"call_id": call_id, "allow": True}
         unknown = await on_b.post(f"/api/conversations/{cid}/approvals", json={"call_id": "x", "allow": True})
@@ -240,7 +240,7 @@ async def test_a_decision_sent_to_another_replica_resumes_the_turn_running_on_th
         # the call still waits for one sent to A.
         chat.marks.unlink()
         cid, call_id = await _paused_turn(chat, scripted_provider, ["ops_touch"])
-        private_redis[1].kill()
+        private_redis.process.kill()
         decision = {"call_id": call_id, "allow": True}
         lost = await on_b.post(f"/api/conversations/{cid}/approvals", json=decision)
         assert lost.status_code == 503 and lost.json()["code"] == "approval_not_delivered"

@@ -6,45 +6,30 @@ its whole text."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from backend.app import create_app
-from backend.settings import Settings
-from tests.support.api import new_operator, signed_in
+from tests.backend.conftest import ServeChat
+from tests.support.api import assistant_reply, new_operator, signed_in
 from tests.support.files import thirty_page_pdf
 from tests.support.scripted_provider import ScriptedProvider, counted_as_sent, text, tool_call
-from tests.support.servers import serve
 from tests.support.uploads import upload_ok
 
 SYSTEM_PROMPT = "You are the shop's careful assistant. Never promise delivery dates."
 
 
 @pytest.fixture
-async def server(database_url: str, chat_settings: Callable[..., Settings]) -> AsyncIterator[tuple[str, str]]:
+async def base_url(serve_chat: ServeChat) -> AsyncIterator[str]:
     # A 32k window: a message of 150,000 characters alone exceeds it.
-    settings = chat_settings(database_url, system_prompt=SYSTEM_PROMPT, context_window=32_768)
-    async with serve(create_app(settings)) as base_url:
-        yield base_url, database_url
+    async with serve_chat(system_prompt=SYSTEM_PROMPT, context_window=32_768) as url:
+        yield url
 
 
-async def new_conversation(client: httpx.AsyncClient) -> int:
-    return int((await client.post("/api/conversations", json={"title": "view"})).json()["id"])
-
-
-async def ask(
-    client: httpx.AsyncClient, cid: int, content: str, attachment_ids: list[int] | None = None
-) -> Any:
-    response = await client.post(
-        f"/api/conversations/{cid}/messages",
-        json={"content": content, "attachment_ids": attachment_ids or []},
-        params={"wait": "true"},
-    )
-    assert response.status_code == 200, response.text
-    return response.json()
+async def new_conversation(client: httpx.AsyncClient, **fields: str) -> int:
+    return int((await client.post("/api/conversations", json={"title": "view", **fields})).json()["id"])
 
 
 async def shown(client: httpx.AsyncClient, cid: int) -> dict[str, Any]:
@@ -54,14 +39,13 @@ async def shown(client: httpx.AsyncClient, cid: int) -> dict[str, Any]:
 
 
 async def test_the_owner_sees_the_last_request_as_the_provider_received_it(
-    server: tuple[str, str], scripted_provider: ScriptedProvider
+    base_url: str, database_url: str, scripted_provider: ScriptedProvider
 ) -> None:
-    base_url, database_url = server
     async with signed_in(base_url, "viewer") as owner, signed_in(base_url, "stranger") as stranger:
         cid = await new_conversation(owner)
         assert (await shown(owner, cid))["state"] == "no_turns"
         scripted_provider.script(tool_call("generate_report", {"rows": 2}), text("Two rows."))
-        await ask(owner, cid, "A report, please.")
+        await assistant_reply(owner, cid, "A report, please.")
         view = await shown(owner, cid)
         body = scripted_provider.chat_requests[-1]
         assert view["state"] == "sent" and view["calls"] == 2
@@ -87,7 +71,7 @@ async def test_the_owner_sees_the_last_request_as_the_provider_received_it(
     try:
         own = await new_conversation(operator)
         scripted_provider.script(text("Hello."))
-        await ask(operator, own, "Hi")
+        await assistant_reply(operator, own, "Hi")
         system = (await shown(operator, own))["entries"][0]
         assert system["source"] == "system" and system["text"] == SYSTEM_PROMPT
     finally:
@@ -95,16 +79,12 @@ async def test_the_owner_sees_the_last_request_as_the_provider_received_it(
 
 
 async def test_the_chats_instructions_are_shown_as_their_own_entry_after_the_hidden_prompt(
-    server: tuple[str, str], scripted_provider: ScriptedProvider
+    base_url: str, scripted_provider: ScriptedProvider
 ) -> None:
-    base_url, _ = server
     async with signed_in(base_url, "instructed") as owner:
-        created = await owner.post(
-            "/api/conversations", json={"title": "fr", "instructions": "Answer in French."}
-        )
-        cid = int(created.json()["id"])
+        cid = await new_conversation(owner, title="fr", instructions="Answer in French.")
         scripted_provider.script(text("Bonjour."))
-        await ask(owner, cid, "Hi")
+        await assistant_reply(owner, cid, "Hi")
         view = await shown(owner, cid)
         body = scripted_provider.chat_requests[-1]
     assert body["messages"][0]["content"] == f"{SYSTEM_PROMPT}\n\nAnswer in French."
@@ -116,14 +96,13 @@ async def test_the_chats_instructions_are_shown_as_their_own_entry_after_the_hid
 
 
 async def test_a_turn_that_never_called_the_model_says_so(
-    server: tuple[str, str], scripted_provider: ScriptedProvider
+    base_url: str, scripted_provider: ScriptedProvider
 ) -> None:
-    base_url, _ = server
     async with signed_in(base_url, "refused") as owner:
         cid = await new_conversation(owner)
         calls = len(scripted_provider.chat_requests)
         # Far more than any window holds: the guard refuses before the model is called.
-        await ask(owner, cid, "word " * 30_000)
+        await assistant_reply(owner, cid, "word " * 30_000)
         assert len(scripted_provider.chat_requests) == calls
         view = await shown(owner, cid)
         assert view["state"] == "no_model_call" and view["entries"] == []
@@ -131,14 +110,13 @@ async def test_a_turn_that_never_called_the_model_says_so(
 
 
 async def test_a_30_page_pdf_is_shown_as_the_preview_the_model_got(
-    server: tuple[str, str], scripted_provider: ScriptedProvider
+    base_url: str, scripted_provider: ScriptedProvider
 ) -> None:
-    base_url, _ = server
     async with signed_in(base_url, "reader") as owner:
         cid = await new_conversation(owner)
         pdf = await upload_ok(owner, "report.pdf", thirty_page_pdf(), conversation_id=cid)
         scripted_provider.script(text("Read it."))
-        await ask(owner, cid, "Summarize the report.", [pdf["id"]])
+        await assistant_reply(owner, cid, "Summarize the report.", [pdf["id"]])
         (current,) = [e for e in (await shown(owner, cid))["entries"] if e["source"] == "current_input"]
         sent = [m for m in scripted_provider.chat_requests[-1]["messages"] if m["role"] == "user"][-1]
         assert current["text"] == sent["content"]
@@ -147,13 +125,12 @@ async def test_a_30_page_pdf_is_shown_as_the_preview_the_model_got(
 
 
 async def test_the_next_request_is_the_following_turns_request_without_its_message(
-    server: tuple[str, str], scripted_provider: ScriptedProvider
+    base_url: str, scripted_provider: ScriptedProvider
 ) -> None:
-    base_url, _ = server
     async with signed_in(base_url, "planner") as owner, signed_in(base_url, "nosy") as stranger:
         cid = await new_conversation(owner)
         scripted_provider.script(tool_call("generate_report", {"rows": 2}), text("Two rows."))
-        await ask(owner, cid, "A report, please.")
+        await assistant_reply(owner, cid, "A report, please.")
         calls = len(scripted_provider.chat_requests)
         response = await owner.get(f"/api/conversations/{cid}/next-model-request")
         assert response.status_code == 200, response.text
@@ -164,7 +141,7 @@ async def test_the_next_request_is_the_following_turns_request_without_its_messa
         assert (await stranger.get(f"/api/conversations/{cid}/next-model-request")).status_code == 404
 
         scripted_provider.script(text("Fine."))
-        await ask(owner, cid, "Thanks, and now?")
+        await assistant_reply(owner, cid, "Thanks, and now?")
         sent = await shown(owner, cid)
 
     def described(entries: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

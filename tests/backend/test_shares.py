@@ -4,34 +4,21 @@ files are listed only when the owner chose so; the model's view never leaks."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
-from backend.app import create_app
-from backend.settings import Settings
-from tests.support.api import signed_in
+from tests.backend.conftest import ServeChat
+from tests.support.api import assistant_reply, signed_in
 from tests.support.scripted_provider import ScriptedProvider, text, tool_call
-from tests.support.servers import serve
 from tests.support.uploads import upload_ok
 
 
 @pytest.fixture
-async def base_url(database_url: str, chat_settings: Callable[..., Settings]) -> AsyncIterator[str]:
-    async with serve(create_app(chat_settings(database_url))) as url:
+async def base_url(serve_chat: ServeChat) -> AsyncIterator[str]:
+    async with serve_chat() as url:
         yield url
-
-
-async def ask(
-    client: httpx.AsyncClient, cid: int, content: str, attachment_ids: list[int] | None = None
-) -> None:
-    response = await client.post(
-        f"/api/conversations/{cid}/messages",
-        json={"content": content, "attachment_ids": attachment_ids or []},
-        params={"wait": "true"},
-    )
-    assert response.status_code == 200, response.text
 
 
 async def test_a_link_shows_the_conversation_as_it_was_to_anyone_until_revoked(
@@ -49,7 +36,7 @@ async def test_a_link_shows_the_conversation_as_it_was_to_anyone_until_revoked(
         scripted_provider.script(
             tool_call("generate_report", {"rows": 1}), text("The **budget** is 1200 EUR.")
         )
-        await ask(owner, cid, "What is the budget?", [note["id"]])
+        await assistant_reply(owner, cid, "What is the budget?", [note["id"]])
 
         created = await owner.post(f"/api/conversations/{cid}/shares", json={})
         assert created.status_code == 201, created.text
@@ -61,7 +48,7 @@ async def test_a_link_shows_the_conversation_as_it_was_to_anyone_until_revoked(
 
         # Sent after the link was made: not part of it.
         scripted_provider.script(text("Later answer."))
-        await ask(owner, cid, "A later, private question")
+        await assistant_reply(owner, cid, "A later, private question")
 
         response = await anonymous.get(f"/api/shares/{link['token']}")
         assert response.status_code == 200, response.text

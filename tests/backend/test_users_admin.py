@@ -14,13 +14,15 @@ import pytest
 from sqlalchemy import select
 
 from backend.app import create_app
-from backend.db import create_engine, session_factory
+from backend.db import session_factory
 from backend.models import Message, Turn, TurnStatus, User
 from backend.services.errors import Forbidden
 from backend.settings import Settings
 from tests.backend import test_compaction_ahead as ahead
-from tests.support.api import PASSWORD, create_operator, login, new_operator, new_user
+from tests.backend.conftest import ServeChat
+from tests.support.api import PASSWORD, create_operator, login, new_operator, new_user, started_turn
 from tests.support.cli import run_cli
+from tests.support.databases import engine_for
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import serve
 from tests.support.sse import read_stream
@@ -288,11 +290,10 @@ async def test_invite_codes_are_listed_spent_and_revoked(invite_server: str, dat
 
 
 @pytest.fixture
-async def chat_backend(database_url: str, chat_settings: Callable[..., Settings]) -> AsyncIterator[str]:
+async def chat_backend(serve_chat: ServeChat) -> AsyncIterator[str]:
     """Streams re-check their credential only every minute: a stream that closes within
     seconds was closed by the disabling itself."""
-    settings = chat_settings(database_url, stream_auth_check_seconds=60)
-    async with serve(create_app(settings)) as base_url:
+    async with serve_chat(stream_auth_check_seconds=60) as base_url:
         yield base_url
 
 
@@ -303,10 +304,7 @@ async def test_a_disabled_accounts_open_stream_closes_at_once(
     dora = await new_user(chat_backend, "dora")
     try:
         scripted_provider.script(text("Still writing. ", hang=True))
-        cid = (await dora.post("/api/conversations", json={"title": "long"})).json()["id"]
-        assert (
-            await dora.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
-        ).status_code == 202
+        cid = await started_turn(dora, "go")
         streaming = asyncio.create_task(read_stream(dora, cid))
         await asyncio.sleep(0.5)
         assert not streaming.done()
@@ -331,16 +329,12 @@ async def test_a_disabled_accounts_open_stream_closes_at_once(
 
 
 async def _latest_turn_status(database_url: str, cid: int) -> TurnStatus:
-    engine = create_engine(database_url)
-    try:
-        async with session_factory(engine)() as db:
-            status = await db.scalar(
-                select(Turn.status).where(Turn.conversation_id == cid).order_by(Turn.id.desc()).limit(1)
-            )
-            assert status is not None
-            return TurnStatus(status)
-    finally:
-        await engine.dispose()
+    async with engine_for(database_url) as engine, session_factory(engine)() as db:
+        status = await db.scalar(
+            select(Turn.status).where(Turn.conversation_id == cid).order_by(Turn.id.desc()).limit(1)
+        )
+        assert status is not None
+        return TurnStatus(status)
 
 
 async def test_the_first_operator_comes_from_the_command_line(
@@ -371,13 +365,12 @@ async def test_a_disabled_owner_gets_no_compaction_ahead_of_time(
         olga = await new_operator(base_url, database_url, "olga")
         dora = await new_user(base_url, "dora")
         try:
-            backend = ahead.Backend(app, dora, database_url)
-            summaries = ahead.Summaries(scripted_provider)
+            backend = ahead.Backend(app, dora, database_url, ahead.Summaries(scripted_provider))
             # How many turns reach the pre-trigger, in a first conversation (its job runs).
-            first, crossed_at = await ahead.until_ahead(backend, "first", summaries)
+            first, crossed_at = await ahead.until_ahead(backend, "first")
             turns = crossed_at // 2
-            await ahead.until(lambda: not backend.ahead.running(first))
-            summaries.called.clear()
+            await backend.settled(first)
+            backend.summaries.called.clear()
             # The same turns in a second one; its owner is disabled while the crossing one runs.
             cid = (await dora.post("/api/conversations", json={"title": "second"})).json()["id"]
             for turn in range(turns - 1):
@@ -388,8 +381,8 @@ async def test_a_disabled_owner_gets_no_compaction_ahead_of_time(
             dora_id = await _user_id(olga, "dora")
             assert (await olga.post(f"/api/admin/users/{dora_id}/disable")).status_code == 200
             await app.state.ctx.runner.wait(crossing["turn_id"])
-            await ahead.until(lambda: not backend.ahead.running(cid))
-            assert not summaries.called.is_set()
+            await backend.settled(cid)
+            assert not backend.summaries.called.is_set()
             assert await backend.rows(cid) == []
         finally:
             await olga.aclose()

@@ -23,11 +23,14 @@ from tests.support.telemetry import (
     events_named,
     guard_without_summary,
     over_trigger_history,
+    series,
 )
 from tests.support.texts import log_text
 from tests.support.turns import collect, make_request
 
 SECRET = "the vault code is 7-4-1-9"
+# The model profile label of the turns below (the shell's default model).
+GPT_4O = {"model_profile": "gpt-4o"}
 
 
 @tool
@@ -79,33 +82,28 @@ async def test_a_turn_is_one_span_with_a_genai_span_per_model_call_and_a_span_pe
 async def test_turn_metrics_count_the_outcome_calls_tokens_utilisation_and_time_to_first_token(
     telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
 ) -> None:
-    labels = {"model_profile": "gpt-4o"}
-    before = {
-        "turns": telemetry.total("chat_shell.turns", termination_reason="normal_completion", **labels),
-        "calls": telemetry.total("chat_shell.model.calls", outcome="ok", purpose="answer", **labels),
-        "input": telemetry.total("chat_shell.model.input_tokens", **labels),
-        "output": telemetry.total("chat_shell.model.output_tokens", **labels),
-        "utilisation": telemetry.total("chat_shell.context.utilization", **labels),
-        "ttft": telemetry.total("chat_shell.time_to_first_token", **labels),
-    }
+    tally = telemetry.tally(
+        turns=series("chat_shell.turns", termination_reason="normal_completion", **GPT_4O),
+        calls=series("chat_shell.model.calls", outcome="ok", purpose="answer", **GPT_4O),
+        input=series("chat_shell.model.input_tokens", **GPT_4O),
+        output=series("chat_shell.model.output_tokens", **GPT_4O),
+        utilisation=series("chat_shell.context.utilization", **GPT_4O),
+        ttft=series("chat_shell.time_to_first_token", **GPT_4O),
+    )
     shell = make_shell(tools=ToolRegistry([lookup]))
     scripted_provider.script(tool_call("lookup", {"topic": "tea"}), text("Done."))
     events = await collect(shell, make_request(102, "hello"))
     usage = events[-1].result.usage  # type: ignore[union-attr]
 
-    assert telemetry.total("chat_shell.turns", termination_reason="normal_completion", **labels) == (
-        before["turns"] + 1
-    )
-    assert telemetry.total("chat_shell.model.calls", outcome="ok", purpose="answer", **labels) == (
-        before["calls"] + 2
-    )
-    assert telemetry.total("chat_shell.model.input_tokens", **labels) == before["input"] + usage.input_tokens
-    assert (
-        telemetry.total("chat_shell.model.output_tokens", **labels) == before["output"] + usage.output_tokens
-    )
-    # One value per turn (not per model call), the meter's used over available input.
-    assert telemetry.total("chat_shell.context.utilization", **labels) == before["utilisation"] + 1
-    assert telemetry.total("chat_shell.time_to_first_token", **labels) == before["ttft"] + 1
+    assert tally.grown() == {
+        "turns": 1,
+        "calls": 2,
+        "input": usage.input_tokens,
+        "output": usage.output_tokens,
+        # One value per turn (not per model call), the meter's used over available input.
+        "utilisation": 1,
+        "ttft": 1,
+    }
 
 
 async def test_a_model_name_a_user_typed_is_never_a_metric_label(
@@ -125,7 +123,7 @@ async def test_a_model_name_a_user_typed_is_never_a_metric_label(
 async def test_a_stopped_turn_ends_its_model_call_span_as_cancelled(
     telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
 ) -> None:
-    cancelled = telemetry.total("chat_shell.model.calls", outcome="cancelled", purpose="answer")
+    tally = telemetry.tally(cancelled=series("chat_shell.model.calls", outcome="cancelled", purpose="answer"))
     scripted_provider.script(text("one two three four five six seven eight", token_delay=0.1))
     stop = asyncio.Event()
     async for event in make_shell().run(make_request(111, "Count slowly."), stop):
@@ -136,24 +134,22 @@ async def test_a_stopped_turn_ends_its_model_call_span_as_cancelled(
     (call,) = [s for s in children(telemetry.finished_spans(), turn) if s.name == "chat gpt-4o"]
     assert call.attributes["error.type"] == "cancelled"
     assert call.status.status_code.name != "ERROR"
-    assert telemetry.total("chat_shell.model.calls", outcome="cancelled", purpose="answer") == cancelled + 1
+    assert tally.grown() == {"cancelled": 1}
 
 
 async def test_a_refused_turn_counts_a_refusal_and_its_span_says_why(
     telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
 ) -> None:
-    labels = {"model_profile": "gpt-4o"}
-    refusals = telemetry.total("chat_shell.refusals", **labels)
-    refused_turns = telemetry.total("chat_shell.turns", termination_reason="context_refused", **labels)
+    tally = telemetry.tally(
+        refusals=series("chat_shell.refusals", **GPT_4O),
+        turns=series("chat_shell.turns", termination_reason="context_refused", **GPT_4O),
+    )
     shell = make_shell(context_window=8192, max_output_tokens=1024)
     events = await collect(shell, make_request(105, log_text(60_000)))
 
     assert isinstance(events[-1], TurnFailed) and events[-1].code == "context_refused"
     assert scripted_provider.requests == []
-    assert telemetry.total("chat_shell.refusals", **labels) == refusals + 1
-    assert telemetry.total("chat_shell.turns", termination_reason="context_refused", **labels) == (
-        refused_turns + 1
-    )
+    assert tally.grown() == {"refusals": 1, "turns": 1}
     turn = _turn_span(telemetry, 105)
     assert turn.status.status_code.name == "ERROR"
     assert turn.attributes["error.type"] == "context_refused"
@@ -163,15 +159,17 @@ async def test_a_refused_turn_counts_a_refusal_and_its_span_says_why(
 async def test_a_provider_overflow_is_counted_and_its_model_call_span_failed(
     telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
 ) -> None:
-    labels = {"model_profile": "gpt-4o"}
-    overflows = telemetry.total("chat_shell.provider.overflow_errors", **labels)
-    failed_calls = telemetry.total("chat_shell.model.calls", outcome="error", **labels)
+    tally = telemetry.tally(
+        overflows=series("chat_shell.provider.overflow_errors", **GPT_4O),
+        failed_calls=series("chat_shell.model.calls", outcome="error", **GPT_4O),
+    )
     scripted_provider.context_window = 50  # every request is too long for the provider
     events = await collect(make_shell(), make_request(106, "a question that does not fit"))
 
     assert events[-1].type == "turn.failed"
-    assert telemetry.total("chat_shell.provider.overflow_errors", **labels) >= overflows + 1
-    assert telemetry.total("chat_shell.model.calls", outcome="error", **labels) >= failed_calls + 1
+    grown = tally.grown()
+    assert grown["overflows"] >= 1
+    assert grown["failed_calls"] >= 1
     turn = _turn_span(telemetry, 106)
     failed = [s for s in children(telemetry.finished_spans(), turn) if s.name == "chat gpt-4o"]
     assert failed and all(s.status.status_code.name == "ERROR" for s in failed)
@@ -181,25 +179,21 @@ async def test_a_provider_overflow_is_counted_and_its_model_call_span_failed(
 async def test_an_emergency_truncation_is_a_compaction_span_with_the_source_stage_events(
     telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
 ) -> None:
-    labels = {"model_profile": "gpt-4o"}
     strategy = {"strategy": "emergency_truncate"}
-    compactions = telemetry.total("chat_shell.compactions", status="completed", **strategy, **labels)
-    truncations = telemetry.total("chat_shell.emergency_truncations", **labels)
-    saved = telemetry.total("chat_shell.compaction.tokens_saved", **strategy, **labels)
-    durations = telemetry.total("chat_shell.compaction.duration", status="completed", **strategy, **labels)
+    tally = telemetry.tally(
+        compactions=series("chat_shell.compactions", status="completed", **strategy, **GPT_4O),
+        truncations=series("chat_shell.emergency_truncations", **GPT_4O),
+        saved=series("chat_shell.compaction.tokens_saved", **strategy, **GPT_4O),
+        durations=series("chat_shell.compaction.duration", status="completed", **strategy, **GPT_4O),
+    )
     scripted_provider.script(text("The logs show two failures."))
     shell = make_shell(**EMERGENCY_WINDOW, guard_factory=guard_without_summary)
     events = await collect(shell, make_request(107, "Summarize the errors.", history=over_trigger_history()))
 
     assert events[-1].type == "turn.completed"
-    assert telemetry.total("chat_shell.compactions", status="completed", **strategy, **labels) == (
-        compactions + 1
-    )
-    assert telemetry.total("chat_shell.emergency_truncations", **labels) == truncations + 1
-    assert telemetry.total("chat_shell.compaction.tokens_saved", **strategy, **labels) > saved
-    assert telemetry.total("chat_shell.compaction.duration", status="completed", **strategy, **labels) == (
-        durations + 1
-    )
+    grown = tally.grown()
+    assert grown.pop("saved") > 0
+    assert grown == {"compactions": 1, "truncations": 1, "durations": 1}
     turn = _turn_span(telemetry, 107)
     (compaction,) = [s for s in children(telemetry.finished_spans(), turn) if s.name.startswith("compaction")]
     assert compaction.name == "compaction emergency_truncate"
@@ -225,24 +219,23 @@ def _log_questions(pairs: int, chars: int) -> list[ChainMessage]:
 async def test_a_completed_summary_compaction_is_a_span_event_and_counted(
     telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
 ) -> None:
-    labels = {"model_profile": "gpt-4o", "strategy": "summary_compact"}
-    completed = telemetry.total("chat_shell.compactions", status="completed", **labels)
-    summary_calls = telemetry.total("chat_shell.model.calls", purpose="summary", outcome="ok")
+    labels = {**GPT_4O, "strategy": "summary_compact"}
+    tally = telemetry.tally(
+        completed=series("chat_shell.compactions", status="completed", **labels),
+        summary_calls=series("chat_shell.model.calls", purpose="summary", outcome="ok"),
+    )
     history = _log_questions(12, 3_000)
     scripted_provider.script_summaries(text("Summary of earlier turns: twelve questions about logs."))
     scripted_provider.script(text("Done."))
     shell = make_shell(context_window=20_000, max_output_tokens=4_000)
     await collect(shell, make_request(108, "And now?", history=history))
 
-    assert telemetry.total("chat_shell.compactions", status="completed", **labels) == completed + 1
     turn = _turn_span(telemetry, 108)
     # The summarizer's calls are model-call spans of the turn too, counted apart from answers.
     calls = [s for s in children(telemetry.finished_spans(), turn) if s.name == "chat gpt-4o"]
     purposes = [call.attributes["chat_shell.call.purpose"] for call in calls]
     assert purposes.count("answer") == 1 and purposes.count("summary") >= 1
-    assert telemetry.total("chat_shell.model.calls", purpose="summary", outcome="ok") == (
-        summary_calls + purposes.count("summary")
-    )
+    assert tally.grown() == {"completed": 1, "summary_calls": purposes.count("summary")}
     (compaction,) = [
         s for s in children(telemetry.finished_spans(), turn) if s.name == "compaction summary_compact"
     ]
@@ -255,15 +248,15 @@ async def test_a_completed_summary_compaction_is_a_span_event_and_counted(
 async def test_a_summary_compaction_fallback_is_counted_with_its_reason(
     telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
 ) -> None:
-    labels = {"model_profile": "gpt-4o", "strategy": "summary_compact"}
-    fallbacks = telemetry.total("chat_shell.compactions", status="fallback", **labels)
+    labels = {**GPT_4O, "strategy": "summary_compact"}
+    tally = telemetry.tally(fallbacks=series("chat_shell.compactions", status="fallback", **labels))
     history = _log_questions(12, 3_000)
     scripted_provider.script_summaries(http_error(500))
     scripted_provider.script(text("Done."))
     shell = make_shell(context_window=20_000, max_output_tokens=4_000)
     await collect(shell, make_request(109, "And now?", history=history))
 
-    assert telemetry.total("chat_shell.compactions", status="fallback", **labels) == fallbacks + 1
+    assert tally.grown() == {"fallbacks": 1}
     turn = _turn_span(telemetry, 109)
     (compaction,) = [
         s for s in children(telemetry.finished_spans(), turn) if s.name == "compaction summary_compact"
@@ -275,9 +268,10 @@ async def test_a_summary_compaction_fallback_is_counted_with_its_reason(
 async def test_an_overflow_retry_after_a_forced_compaction_is_counted(
     telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
 ) -> None:
-    labels = {"model_profile": "gpt-4o"}
-    overflows = telemetry.total("chat_shell.provider.overflow_errors", **labels)
-    completed = telemetry.total("chat_shell.turns", termination_reason="normal_completion", **labels)
+    tally = telemetry.tally(
+        overflows=series("chat_shell.provider.overflow_errors", **GPT_4O),
+        completed=series("chat_shell.turns", termination_reason="normal_completion", **GPT_4O),
+    )
     history = _log_questions(6, 2_000)
     # The provider counts the reply's max_tokens (16,384 for gpt-4o) against its window, so only
     # the first request (about 6,000 prompt tokens) overflows; the compacted retry fits.
@@ -288,27 +282,23 @@ async def test_an_overflow_retry_after_a_forced_compaction_is_counted(
 
     # Every overflow answer counts, the summarizer's own included.
     assert scripted_provider.overflows_answered >= 1
-    assert telemetry.total("chat_shell.provider.overflow_errors", **labels) == (
-        overflows + scripted_provider.overflows_answered
-    )
-    assert telemetry.total("chat_shell.turns", termination_reason="normal_completion", **labels) == (
-        completed + 1
-    )
+    assert tally.grown() == {"overflows": scripted_provider.overflows_answered, "completed": 1}
 
 
 async def test_a_title_call_is_its_own_span_and_counted_as_a_title(
     telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
 ) -> None:
-    titles = telemetry.total("chat_shell.model.calls", purpose="title", outcome="ok")
-    failed = telemetry.total("chat_shell.model.calls", purpose="title", outcome="error")
+    tally = telemetry.tally(
+        titles=series("chat_shell.model.calls", purpose="title", outcome="ok"),
+        failed=series("chat_shell.model.calls", purpose="title", outcome="error"),
+    )
     scripted_provider.script_titles(text("Log questions"), http_error(400))
     shell = make_shell()
     # The recorder is shared by the worker's tests: this test's spans are those of its conversation.
     request = TitleRequest(conversation_id=770_077, model="gpt-4o", user_text="Why?", reply_text="Because.")
     assert await shell.write_title(request) == "Log questions"
     assert await shell.write_title(request) is None  # a failed call: no title, no exception
-    assert telemetry.total("chat_shell.model.calls", purpose="title", outcome="ok") == titles + 1
-    assert telemetry.total("chat_shell.model.calls", purpose="title", outcome="error") == failed + 1
+    assert tally.grown() == {"titles": 1, "failed": 1}
     spans = [
         s
         for s in telemetry.finished_spans()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -10,7 +11,7 @@ from playwright.sync_api import Locator, Page, expect
 
 from backend.api.deps import SESSION_COOKIE
 from chat_shell.accounting.budget import PRE_TRIGGER_SHARE
-from tests.support.browser import Stack, api_client
+from tests.support.browser import Stack, api_client, assistant
 
 
 def start(page: Page, stack: Stack, username: str, path: str = "/", *, register: bool = True) -> httpx.Client:
@@ -125,3 +126,23 @@ def metrics(used: int, state: str, phase: str = "final", **extra: Any) -> dict[s
         },
         **extra,
     }
+
+
+def compaction_record(status: str, **extra: Any) -> dict[str, Any]:
+    """A summary compaction's record at the 8k test window's trigger, as streamed and stored."""
+    return {
+        "strategy": "summary_compact",
+        "status": status,
+        "before_tokens": 3600,
+        "trigger": 3481,
+        "keep": 1843,
+        "created_at": datetime.now(UTC).isoformat(),
+        **extra,
+    }
+
+
+def compacted_reply(text: str, done: dict[str, Any]) -> dict[str, Any]:
+    """A seeded reply whose turn compacted (`done`), the meter compacted at 1,700 tokens after it."""
+    return assistant(
+        text, context_compactions=[done], context_metrics=metrics(1700, "compacted", latest_compaction=done)
+    )

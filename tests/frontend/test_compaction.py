@@ -8,7 +8,6 @@ stream). The last one runs a real summary compaction end to end.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,6 +15,8 @@ from playwright.sync_api import Page, expect
 
 from tests.frontend.actions import (
     ahead_trigger,
+    compacted_reply,
+    compaction_record,
     conversation_id,
     last_assistant,
     meter_used,
@@ -44,18 +45,6 @@ SUMMARY = (
 )
 
 
-def record(status: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "strategy": "summary_compact",
-        "status": status,
-        "before_tokens": 3600,
-        "trigger": 3481,
-        "keep": 1843,
-        "created_at": datetime.now(UTC).isoformat(),
-        **extra,
-    }
-
-
 def early_turns(count: int) -> list[dict[str, Any]]:
     turns: list[dict[str, Any]] = []
     for n in range(count):
@@ -67,7 +56,7 @@ def test_the_boundary_shows_where_earlier_messages_were_summarized(
     page: Page, stack: Stack, username: str
 ) -> None:
     start(page, stack, username)
-    done = record("completed", after_tokens=1500, summary_text=SUMMARY, duration_ms=2100.0)
+    done = compaction_record("completed", after_tokens=1500, summary_text=SUMMARY, duration_ms=2100.0)
     cid = seed_conversation(
         stack.database_url,
         username,
@@ -75,11 +64,7 @@ def test_the_boundary_shows_where_earlier_messages_were_summarized(
         [
             *early_turns(4),
             user("And the tea ceremony?"),
-            assistant(
-                "Book the tea ceremony for day 3.",
-                context_compactions=[done],
-                context_metrics=metrics(1700, "compacted", latest_compaction=done),
-            ),
+            compacted_reply("Book the tea ceremony for day 3.", done),
         ],
     )
     page.goto(f"{stack.base_url}/c/{cid}")
@@ -137,8 +122,8 @@ def test_compacting_survives_a_reload_mid_compaction_then_the_boundary_appears(
         "Now plan day 4",
         [
             ("context.metrics", metrics(3600, "warning", phase="pre_turn")),
-            ("context.compaction", record("started")),
-            ("context.compaction", record("in_progress")),
+            ("context.compaction", compaction_record("started")),
+            ("context.compaction", compaction_record("in_progress")),
         ],
     )
     page.goto(f"{stack.base_url}/c/{cid}")
@@ -148,12 +133,14 @@ def test_compacting_survives_a_reload_mid_compaction_then_the_boundary_appears(
     expect(last_assistant(page)).to_have_attribute("data-status", "running")
     screenshot(page, "compacting")
     # A reload while the summarizer still works: the replayed heartbeat restores the indicator.
-    append_turn_events(stack.database_url, turn_id, [("context.compaction", record("in_progress"))])
+    append_turn_events(
+        stack.database_url, turn_id, [("context.compaction", compaction_record("in_progress"))]
+    )
     page.reload()
     expect(meter).to_have_attribute("data-state", "compacting")
     expect(meter.locator(".meter-compacting")).to_be_visible()
 
-    done = record("completed", after_tokens=1400, summary_text=SUMMARY)
+    done = compaction_record("completed", after_tokens=1400, summary_text=SUMMARY)
     final_metrics = metrics(1600, "compacted", latest_compaction=done)
     answer = "Day 4: Fushimi Inari at dawn."
     message = {
@@ -194,7 +181,7 @@ def test_compacting_survives_a_reload_mid_compaction_then_the_boundary_appears(
 
 def test_a_failed_compaction_clears_the_indicator(page: Page, stack: Stack, username: str) -> None:
     cid, turn_id, _ = _running_turn(
-        page, stack, username, 1, "Continue", [("context.compaction", record("started"))]
+        page, stack, username, 1, "Continue", [("context.compaction", compaction_record("started"))]
     )
     page.goto(f"{stack.base_url}/c/{cid}")
     meter = page.locator("#context-meter")
@@ -202,7 +189,7 @@ def test_a_failed_compaction_clears_the_indicator(page: Page, stack: Stack, user
     append_turn_events(
         stack.database_url,
         turn_id,
-        [("context.compaction", record("fallback", failure_reason="summarizer_timeout"))],
+        [("context.compaction", compaction_record("fallback", failure_reason="summarizer_timeout"))],
     )
     expect(meter.locator(".meter-compacting")).to_be_hidden()
     expect(page.locator(".boundary")).to_have_count(0)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -16,7 +15,7 @@ import pytest
 from babel.messages.pofile import read_po
 from playwright.sync_api import Browser, Page, expect
 
-from tests.frontend.actions import metrics, start
+from tests.frontend.actions import compacted_reply, compaction_record, start
 from tests.frontend.conftest import ROOT, open_page, screenshot
 from tests.support.api import PASSWORD, make_operator
 from tests.support.browser import Stack, assistant, run_off_loop, seed_conversation, user
@@ -75,16 +74,7 @@ def assert_no_english(page: Page) -> None:
 
 
 def _seed_compacted_then_refused(stack: Stack, username: str) -> int:
-    done = {
-        "strategy": "summary_compact",
-        "status": "completed",
-        "before_tokens": 3600,
-        "after_tokens": 1500,
-        "trigger": 3481,
-        "keep": 1843,
-        "summary_text": "用户计划四月去京都玩五天。",
-        "created_at": datetime.now(UTC).isoformat(),
-    }
+    done = compaction_record("completed", after_tokens=1500, summary_text="用户计划四月去京都玩五天。")
     turns: list[dict[str, Any]] = []
     for n in range(3):
         turns += [user(f"关于京都的问题 {n}"), assistant(f"关于京都的回答 {n}。")]
@@ -100,11 +90,7 @@ def _seed_compacted_then_refused(stack: Stack, username: str) -> int:
         [
             *turns,
             user("茶道呢？"),
-            assistant(
-                "第三天去体验茶道。",
-                context_compactions=[done],
-                context_metrics=metrics(1700, "compacted", latest_compaction=done),
-            ),
+            compacted_reply("第三天去体验茶道。", done),
             user("很长的消息"),
             refused,
         ],

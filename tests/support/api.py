@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import httpx
@@ -58,13 +58,25 @@ async def signed_in(base_url: str, username: str) -> AsyncIterator[httpx.AsyncCl
         await client.aclose()
 
 
-async def assistant_reply(client: httpx.AsyncClient, conversation_id: int, content: str) -> dict:
-    """Sends `content` and waits for the turn: the assistant message (completed or failed)."""
+async def assistant_reply(
+    client: httpx.AsyncClient, conversation_id: int, content: str, attachment_ids: Sequence[int] = ()
+) -> dict:
+    """Sends `content` (with the attachments named) and waits for the turn: the assistant message
+    (completed or failed)."""
+    body = {"content": content, **({"attachment_ids": list(attachment_ids)} if attachment_ids else {})}
     response = await client.post(
-        f"/api/conversations/{conversation_id}/messages", params={"wait": "true"}, json={"content": content}
+        f"/api/conversations/{conversation_id}/messages", params={"wait": "true"}, json=body
     )
     assert response.status_code == 200, response.text
     return response.json()["assistant_message"]
+
+
+async def started_turn(client: httpx.AsyncClient, content: str, title: str = "long") -> int:
+    """A new conversation whose first message is sent without waiting for the turn (202): its id."""
+    cid = int((await client.post("/api/conversations", json={"title": title})).json()["id"])
+    response = await client.post(f"/api/conversations/{cid}/messages", json={"content": content})
+    assert response.status_code == 202, response.text
+    return cid
 
 
 async def create_operator(database_url: str, username: str) -> None:

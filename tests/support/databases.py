@@ -14,7 +14,7 @@ import asyncpg
 from alembic import command
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import aliased
 
 from backend.db import alembic_config, create_engine
@@ -109,15 +109,21 @@ async def migrated_sqlite(directory: Path) -> str:
 
 
 @asynccontextmanager
+async def engine_for(url: str) -> AsyncIterator[AsyncEngine]:
+    """An engine of the test's own on `url` (to read or change what the app stored), disposed after."""
+    engine = create_engine(url)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@asynccontextmanager
 async def plain_sql(url: str) -> AsyncIterator[AsyncConnection]:
     """One transaction in plain SQL: for a database at an older revision than the ORM models
     describe, as the migration tests seed and read it."""
-    engine = create_engine(url)
-    try:
-        async with engine.begin() as connection:
-            yield connection
-    finally:
-        await engine.dispose()
+    async with engine_for(url) as engine, engine.begin() as connection:
+        yield connection
 
 
 async def insert_first_user(connection: AsyncConnection, username: str) -> None:

@@ -66,6 +66,11 @@ def text_blocks(*parts: str | dict[str, Any]) -> list[dict[str, Any]]:
     return [{"type": "text", "text": part} if isinstance(part, str) else part for part in parts]
 
 
+def tool_block(call_id: str, output: str, name: str = "generate_report", **args: Any) -> dict[str, Any]:
+    """A tool call's block among `text_blocks`: its arguments and the output the stream showed."""
+    return {"type": "tool", "call_id": call_id, "name": name, "args": args, "output": output}
+
+
 class Seeder:
     """Writes users, conversations and turns; message ids and timestamps follow insertion order."""
 
@@ -168,19 +173,33 @@ class Seeder:
 # ---------------------------------------------------------------------------------------------
 
 
+Row = tuple[str, Any, frozenset[str]]
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
     seed: Callable[[Seeder], Awaitable[Conversation]]
     # The expected model-visible history (from the latest compaction, no limit) as
-    # (role, content, markers) with markers the set of true marker flags.
-    expected: list[tuple[str, Any, frozenset[str]]]
+    # (role, content, markers) with markers the set of true marker flags; written with `rows`.
+    expected: list[Row]
 
 
-NONE: frozenset[str] = frozenset()
-SUMMARY = frozenset({"summary_compacted"})
-RETAINED = frozenset({"checkpoint_retained"})
-COMPACT = frozenset({"compacted"})
+# The marker words of `rows` and the flags they stand for.
+MARKERS = {"summary": "summary_compacted", "retained": "checkpoint_retained", "compacted": "compacted"}
+
+
+def rows(table: str) -> list[Row]:
+    """Expected history rows, one a line as `role [marker ...] | content`: a `summary` row's
+    content is its text after the summary's opening, as `summary()` writes it."""
+    expected: list[Row] = []
+    for line in filter(None, (line.strip() for line in table.splitlines())):
+        head, content = (part.strip() for part in line.split("|", 1))
+        role, *words = head.split()
+        if "summary" in words:
+            content = f"{SUMMARY_PREFIX}\n{content}"
+        expected.append((role, content, frozenset(MARKERS[word] for word in words)))
+    return expected
 
 
 async def _no_checkpoint(s: Seeder) -> Conversation:
@@ -200,12 +219,11 @@ async def _no_checkpoint(s: Seeder) -> Conversation:
         value="Let me check.\n\nPrices are fine.",
         blocks=text_blocks(
             "Let me check.",
-            {"type": "tool", "call_id": "call_p", "name": "generate_report", "args": {}, "output": "r" * 50},
+            tool_block("call_p", "r" * 50),
             "\n\nPrices are fine.",
         ),
     )
-    await s.user_message(c, f"{SUMMARY_PREFIX} is how I start notes; keep the budget.")
-    await s.reply(c, chain=[ai("Noted.")])
+    await s.turn(c, f"{SUMMARY_PREFIX} is how I start notes; keep the budget.", ai("Noted."))
     return c
 
 
@@ -239,12 +257,11 @@ async def _interrupted_after_checkpoint(s: Seeder) -> Conversation:
     c = await s.conversation("interrupted")
     await s.turn(c, "one", ai("r1"))
     await s.turn(c, "two", summary("S: one, two"), retained("user", "two"), ai("r2"))
-    await s.user_message(c, "three")
-    await s.reply(
+    await s.turn(
         c,
+        "three",
         status=MessageStatus.INTERRUPTED,
         value="Half of the thi",
-        blocks=text_blocks("Half of the thi"),
         error="The service restarted while this reply was being written.",
     )
     return c
@@ -253,21 +270,16 @@ async def _interrupted_after_checkpoint(s: Seeder) -> Conversation:
 async def _failed_partial(s: Seeder) -> Conversation:
     c = await s.conversation("failed")
     await s.turn(c, "one", ai("r1"))
-    await s.user_message(c, "two")
-    await s.reply(
+    await s.turn(
         c,
-        chain=[ai("Let me check.", call("call_f", rows=1)), tool("call_f", "report")],
+        "two",
+        ai("Let me check.", call("call_f", rows=1)),
+        tool("call_f", "report"),
         status=MessageStatus.FAILED,
         value="Let me check.\n\nThe answer is 4",
         blocks=text_blocks(
             "Let me check.",
-            {
-                "type": "tool",
-                "call_id": "call_f",
-                "name": "generate_report",
-                "args": {"rows": 1},
-                "output": "report",
-            },
+            tool_block("call_f", "report", rows=1),
             "\n\nThe answer is 4",
         ),
         error="the provider stream failed",
@@ -279,13 +291,13 @@ async def _failed_partial(s: Seeder) -> Conversation:
 async def _cancelled_checkpoint(s: Seeder) -> Conversation:
     c = await s.conversation("cancelled")
     await s.turn(c, "one", ai("r1"))
-    await s.user_message(c, "two")
-    await s.reply(
+    await s.turn(
         c,
-        chain=[summary("S: one"), retained("user", "two")],
+        "two",
+        summary("S: one"),
+        retained("user", "two"),
         status=MessageStatus.CANCELLED,
         value="Stopped hal",
-        blocks=text_blocks("Stopped hal"),
     )
     await s.turn(c, "three", ai("r3"))
     return c
@@ -326,122 +338,139 @@ CASES = [
     Case(
         "no_checkpoint",
         _no_checkpoint,
-        [
-            ("user", "Plan a 3-day trip to Kyoto under ¥50,000.", NONE),
-            ("assistant", "Day 1: Fushimi Inari.", NONE),
-            ("user", "Check prices.", NONE),
-            ("assistant", "Let me check.", NONE),
-            ("tool", "[compact report: 2 rows kept]", COMPACT),
-            ("assistant", "Prices are fine.", NONE),
-            ("user", f"{SUMMARY_PREFIX} is how I start notes; keep the budget.", NONE),
-            ("assistant", "Noted.", NONE),
-        ],
+        rows(
+            f"""
+            user           | Plan a 3-day trip to Kyoto under ¥50,000.
+            assistant      | Day 1: Fushimi Inari.
+            user           | Check prices.
+            assistant      | Let me check.
+            tool compacted | [compact report: 2 rows kept]
+            assistant      | Prices are fine.
+            user           | {SUMMARY_PREFIX} is how I start notes; keep the budget.
+            assistant      | Noted.
+            """
+        ),
     ),
     Case(
         "newest_checkpoint_wins",
         _newest_checkpoint_wins,
-        [
-            ("user", f"{SUMMARY_PREFIX}\nS2: one to four", SUMMARY),
-            ("assistant", "r3", RETAINED),
-            ("user", "four", RETAINED),
-            ("assistant", "r4", NONE),
-            ("user", "five", NONE),
-            ("assistant", "r5", NONE),
-        ],
+        rows(
+            """
+            user summary       | S2: one to four
+            assistant retained | r3
+            user retained      | four
+            assistant          | r4
+            user               | five
+            assistant          | r5
+            """
+        ),
     ),
     Case(
         "fork_of_fork_with_ancestor_checkpoint",
         _fork_of_fork,
-        [
-            ("user", f"{SUMMARY_PREFIX}\nS-root: r-one, r-two", SUMMARY),
-            ("user", "r-two", RETAINED),
-            ("assistant", "a2", NONE),
-            ("user", "r-three", NONE),
-            ("assistant", "a3", NONE),
-            ("user", "c-four", NONE),
-            ("assistant", "c4", NONE),
-            ("user", "g-five", NONE),
-            ("assistant", "g5", NONE),
-        ],
+        rows(
+            """
+            user summary  | S-root: r-one, r-two
+            user retained | r-two
+            assistant     | a2
+            user          | r-three
+            assistant     | a3
+            user          | c-four
+            assistant     | c4
+            user          | g-five
+            assistant     | g5
+            """
+        ),
     ),
     Case(
         "interrupted_after_checkpoint",
         _interrupted_after_checkpoint,
-        [
-            ("user", f"{SUMMARY_PREFIX}\nS: one, two", SUMMARY),
-            ("user", "two", RETAINED),
-            ("assistant", "r2", NONE),
-            ("user", "three", NONE),
-            ("assistant", "Half of the thi", NONE),
-        ],
+        rows(
+            """
+            user summary  | S: one, two
+            user retained | two
+            assistant     | r2
+            user          | three
+            assistant     | Half of the thi
+            """
+        ),
     ),
     Case(
         "failed_turn_partial_text",
         _failed_partial,
-        [
-            ("user", "one", NONE),
-            ("assistant", "r1", NONE),
-            ("user", "two", NONE),
-            ("assistant", "Let me check.", NONE),
-            ("tool", "report", NONE),
-            ("assistant", "The answer is 4", NONE),
-            ("user", "three", NONE),
-            ("assistant", "r3", NONE),
-        ],
+        rows(
+            """
+            user      | one
+            assistant | r1
+            user      | two
+            assistant | Let me check.
+            tool      | report
+            assistant | The answer is 4
+            user      | three
+            assistant | r3
+            """
+        ),
     ),
     Case(
         "cancelled_turn_holds_the_checkpoint",
         _cancelled_checkpoint,
-        [
-            ("user", f"{SUMMARY_PREFIX}\nS: one", SUMMARY),
-            ("user", "two", RETAINED),
-            ("assistant", "Stopped hal", NONE),
-            ("user", "three", NONE),
-            ("assistant", "r3", NONE),
-        ],
+        rows(
+            """
+            user summary  | S: one
+            user retained | two
+            assistant     | Stopped hal
+            user          | three
+            assistant     | r3
+            """
+        ),
     ),
     # Versions in place: history follows the path to the current leaf, and only a checkpoint
     # on that path opens it.
     Case(
         "checkpoint_on_another_version",
         _checkpoint_on_another_version,
-        [
-            ("user", "one", NONE),
-            ("assistant", "r1", NONE),
-            ("user", "two, edited", NONE),
-            ("assistant", "r2b", NONE),
-        ],
+        rows(
+            """
+            user      | one
+            assistant | r1
+            user      | two, edited
+            assistant | r2b
+            """
+        ),
     ),
     Case(
         "older_version_shown_again",
         _older_version_shown_again,
-        [
-            ("user", "one", NONE),
-            ("assistant", "r1", NONE),
-            ("user", "two", NONE),
-            ("assistant", "first version", NONE),
-        ],
+        rows(
+            """
+            user      | one
+            assistant | r1
+            user      | two
+            assistant | first version
+            """
+        ),
     ),
     Case(
         "edit_below_a_checkpoint",
         _edit_below_a_checkpoint,
-        [
-            ("user", f"{SUMMARY_PREFIX}\nS-above: one, two", SUMMARY),
-            ("user", "two", RETAINED),
-            ("assistant", "r2", NONE),
-            ("user", "three", NONE),
-            ("assistant", "r3", NONE),
-            ("user", "four, edited", NONE),
-            ("assistant", "r4b", NONE),
-        ],
+        rows(
+            """
+            user summary  | S-above: one, two
+            user retained | two
+            assistant     | r2
+            user          | three
+            assistant     | r3
+            user          | four, edited
+            assistant     | r4b
+            """
+        ),
     ),
 ]
 
 
-def shape(history: Sequence[ChainMessage]) -> list[tuple[str, Any, frozenset[str]]]:
-    flags = ("summary_compacted", "checkpoint_retained", "compacted")
+def shape(history: Sequence[ChainMessage]) -> list[Row]:
     return [
-        (entry.role, entry.content, frozenset(f for f in flags if getattr(entry.metadata, f)))
+        (entry.role, entry.content, frozenset(f for f in MARKERS.values() if getattr(entry.metadata, f)))
         for entry in history
     ]
 

@@ -2,6 +2,7 @@
 
 - `require_local_model`: skip (fail on CI) when `scripts/test.sh` has not installed a model;
 - `local_settings`: settings as a fresh install has them (no provider, the local model on);
+  `smollm2_settings` the same with SmolLM2, the fast catalog model, for a test that needs it;
 - `local_model_ready`: the app's local model once its start has finished;
 - `serving`: a catalog model on its own supervised server, without the service;
 - stand-in servers, at the provider boundary: `python -m tests.support.local_model --fault F
@@ -58,6 +59,12 @@ def local_settings(make_settings: Callable[..., Settings], database_url: str, **
     values: dict[str, Any] = {"openai_base_url": None, "openai_api_key": None, "local_model": "auto"}
     values.update(overrides)
     return make_settings(database_url, **values)
+
+
+def smollm2_settings(make_settings: Callable[..., Settings], database_url: str, **overrides: Any) -> Settings:
+    """`local_settings` with SmolLM2, once `require_local_model` has found it installed."""
+    require_local_model("smollm2-135m")
+    return local_settings(make_settings, database_url, local_model="smollm2-135m", **overrides)
 
 
 async def local_model_ready(app: FastAPI) -> LocalModelServer:

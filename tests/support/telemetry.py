@@ -51,6 +51,38 @@ class Recorded:
                 total += point.count if isinstance(point, HistogramDataPoint) else point.value
         return total
 
+    def tally(self, **watched: Series) -> Tally:
+        return Tally(self, watched)
+
+
+@dataclass(frozen=True)
+class Series:
+    """A metric's points whose attributes include `labels`."""
+
+    name: str
+    labels: Mapping[str, str]
+
+
+def series(name: str, **labels: str) -> Series:
+    return Series(name, labels)
+
+
+class Tally:
+    """The totals of some series when it is made; `grown()` is what each has gained since. The
+    metrics are cumulative for the process, so a test reads only the change its own work made."""
+
+    def __init__(self, recorded: Recorded, watched: Mapping[str, Series]) -> None:
+        self._recorded = recorded
+        self._watched = dict(watched)
+        self._before = self._totals()
+
+    def _totals(self) -> dict[str, float]:
+        return {key: self._recorded.total(s.name, **s.labels) for key, s in self._watched.items()}
+
+    def grown(self) -> dict[str, float]:
+        now = self._totals()
+        return {key: now[key] - self._before[key] for key in now}
+
 
 _recorded: Recorded | None = None
 
