@@ -38,6 +38,9 @@ def test_chain_round_trip_keeps_markers_and_tool_calls() -> None:
     assert [to_chain(m) for m in messages] == chain
 
 
+IMAGE_TYPES = "PNG, JPEG, GIF or WebP"
+
+
 def test_multimodal_tool_output_is_json_with_media_replaced() -> None:
     content = [
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
@@ -45,7 +48,7 @@ def test_multimodal_tool_output_is_json_with_media_replaced() -> None:
     ]
     rendered = tool_output_text(content)
     assert json.loads(rendered) == [
-        {"type": "text", "text": "[image image/png 3 B: not shown, its data is not a PNG, JPEG, GIF or WebP image]"},
+        {"type": "text", "text": f"[image image/png 3 B: not shown, its data is not a {IMAGE_TYPES} image]"},
         {"type": "text", "text": "chart attached"},
     ]
     assert "base64" not in rendered and "{'type'" not in rendered
