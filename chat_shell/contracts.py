@@ -624,6 +624,8 @@ class TitleRequest(BaseModel):
     # The conversation's model: its summarizer (or the model itself) writes the title.
     model: str | None = None
     user_text: str
+    # The names of the files the user's message carries: a first message may be files alone.
+    file_names: list[str] = Field(default_factory=list)
     reply_text: str
 
 

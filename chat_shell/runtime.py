@@ -212,7 +212,7 @@ class ChatShell:
             return None
         profile = self.profile(model)
         writer, write = self._writer(profile, "title", TITLE_OUTPUT_TOKENS)
-        messages = title_messages(request.user_text, request.reply_text, text_counter_for(profile))
+        messages = title_messages(request, text_counter_for(profile))
         label = instruments.profile_label(profile.name, self.config.model)
         conversation = {"gen_ai.conversation.id": str(request.conversation_id)}
         with task_scope("chat_shell.title", label, {**conversation, "chat_shell.model_profile": label}):

@@ -15,6 +15,7 @@ import re
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from chat_shell.accounting.text_counter import TextCounter
+from chat_shell.contracts import TitleRequest
 
 MAX_TITLE_CHARS = 60
 # What the title writer sees of each side of the exchange, in tokens.
@@ -36,11 +37,14 @@ _QUOTES = "\"'“”‘’«»「」『』"
 _TRAILING = ".。,，;；:：、…- "  # a question or an exclamation keeps its mark
 
 
-def title_messages(user_text: str, reply_text: str, counter: TextCounter) -> list[BaseMessage]:
-    """The title writer's request: its instructions, then the start of each side of the exchange."""
+def title_messages(request: TitleRequest, counter: TextCounter) -> list[BaseMessage]:
+    """The title writer's request: its instructions, then the start of each side of the exchange
+    (the user's side names the message's files after its text)."""
+    files = f"Files: {', '.join(request.file_names)}" if request.file_names else ""
+    user = "\n".join(part for part in (request.user_text, files) if part)
     exchange = (
-        f"User:\n{counter.head(user_text, TITLE_INPUT_TOKENS)}\n\n"
-        f"Assistant:\n{counter.head(reply_text, TITLE_INPUT_TOKENS)}"
+        f"User:\n{counter.head(user, TITLE_INPUT_TOKENS)}\n\n"
+        f"Assistant:\n{counter.head(request.reply_text, TITLE_INPUT_TOKENS)}"
     )
     return [SystemMessage(TITLE_INSTRUCTIONS), HumanMessage(exchange)]
 

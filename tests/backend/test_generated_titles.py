@@ -25,10 +25,11 @@ from backend.services.records.titles import GeneratedTitles
 from backend.settings import Settings
 from chat_shell.accounting.text_counter import TiktokenText
 from chat_shell.titles import TITLE_INPUT_TOKENS, TITLE_OUTPUT_TOKENS
-from tests.support.api import signed_in
+from tests.support.api import assistant_reply, signed_in
 from tests.support.modes import OpenModes
 from tests.support.scripted_provider import Reply, ScriptedProvider, content_text, http_error, text
 from tests.support.servers import serve
+from tests.support.uploads import upload_ok
 
 
 async def _until(check: Callable[[], object], seconds: float = 10.0) -> None:
@@ -108,6 +109,26 @@ async def test_the_first_reply_names_the_conversation(
         await chat.send(cid, "And in June?")
         assert (await chat.shown(cid))["title"] == "Lisbon trip in May"
         assert len(scripted_provider.title_requests) == 1
+
+
+async def test_a_first_message_of_files_alone_is_named_from_their_names_and_the_reply(
+    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
+) -> None:
+    async with open_chat() as chat:
+        # The page titles such a chat with the file's name until the reply (it has no first line).
+        cid = await chat.create("q3-budget.csv", generate_title=True)
+        attachment = await upload_ok(
+            chat.client, "q3-budget.csv", b"team,amount\nops,1200\n", conversation_id=cid
+        )
+        scripted_provider.script(text("The ops team spent 1,200 in Q3."))
+        scripted_provider.script_titles(text("Q3 budget by team"))
+        reply = await assistant_reply(chat.client, cid, "", attachment_ids=[attachment["id"]])
+        assert reply["status"] == "completed"
+        shown = await chat.shown(cid)
+        assert (shown["title"], shown["title_source"]) == ("Q3 budget by team", "generated")
+        [request] = scripted_provider.title_requests
+        assert "User:\nFiles: q3-budget.csv\n" in _exchange(request)
+        assert "The ops team spent 1,200 in Q3." in _exchange(request)
 
 
 async def test_a_conversation_with_a_title_of_its_own_is_never_renamed(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from chat_shell.accounting.text_counter import TiktokenText
+from chat_shell.contracts import TitleRequest
 from chat_shell.titles import MAX_TITLE_CHARS, TITLE_INPUT_TOKENS, clean_title, title_messages
 
 
@@ -41,6 +42,7 @@ def test_a_long_title_is_cut_at_a_word_and_one_without_spaces_at_the_limit() -> 
 
 def test_the_writer_sees_a_bounded_start_of_each_side() -> None:
     counter = TiktokenText()
-    _, exchange = title_messages("question " * 5000, "answer " * 5000, counter)
+    request = TitleRequest(conversation_id=1, user_text="question " * 5000, reply_text="answer " * 5000)
+    _, exchange = title_messages(request, counter)
     assert "question" in exchange.text and "answer" in exchange.text
     assert counter.count(exchange.text) <= 2 * TITLE_INPUT_TOKENS + 8

@@ -84,6 +84,7 @@ class GeneratedTitles:
                 conversation_id=conversation.id,
                 model=model,
                 user_text=started.user_message.content,
+                file_names=[attachment.filename for attachment in started.attachments],
                 reply_text=reply_text,
             )
 
