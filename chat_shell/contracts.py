@@ -381,13 +381,20 @@ class MessageDelta(BaseModel):
     text: str
 
 
-class ToolStarted(BaseModel):
-    type: Literal["tool.started"] = "tool.started"
+class ToolCallEvent(BaseModel):
+    """An event about one tool call the model made, as the stream shows the call; `type` is
+    each event's own literal."""
+
+    type: str
     call_id: str
     name: str
     args: dict[str, Any] = Field(default_factory=dict)
     # The MCP server whose tool this is (None: a built-in tool).
     server: str | None = None
+
+
+class ToolStarted(ToolCallEvent):
+    type: Literal["tool.started"] = "tool.started"
 
 
 class ToolCompleted(BaseModel):
@@ -403,14 +410,10 @@ class ToolCompleted(BaseModel):
     duration_ms: float | None = None
 
 
-class ApprovalRequested(BaseModel):
+class ApprovalRequested(ToolCallEvent):
     """An "ask first" tool call waits for the user's decision (it follows its `tool.started`)."""
 
     type: Literal["approval.requested"] = "approval.requested"
-    call_id: str
-    name: str
-    args: dict[str, Any] = Field(default_factory=dict)
-    server: str | None = None
 
 
 class ApprovalDecided(BaseModel):
