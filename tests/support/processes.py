@@ -16,6 +16,8 @@ from tests.support.api import ROOMY_LIMITS
 from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+# Starts on a fresh port after the picked one was taken meanwhile.
+BIND_ATTEMPTS = 3
 
 
 class BackendProcess:
@@ -32,7 +34,21 @@ class BackendProcess:
         self._launcher = tuple(launcher)
 
     def start(self, timeout: float = 180) -> BackendProcess:
+        """Starts the process and waits until it is ready. A port picked free can be taken by
+        another test's server before this process binds it: then it starts again on another."""
+        for _ in range(BIND_ATTEMPTS - 1):
+            if self._start(timeout):
+                return self
+            self.port = free_port()
+            self.base_url = f"http://127.0.0.1:{self.port}"
+        if not self._start(timeout):
+            raise RuntimeError(f"backend could not bind a port: {self._log_path.read_text()[-2000:]}")
+        return self
+
+    def _start(self, timeout: float) -> bool:
+        """True once ready; False when it exited because its port was taken."""
         log = self._log_path.open("ab")
+        written = log.tell()
         self._process = subprocess.Popen(
             [
                 *self._launcher,
@@ -55,11 +71,15 @@ class BackendProcess:
         while True:
             try:
                 if httpx.get(f"{self.base_url}/readyz", timeout=2).status_code == 200:
-                    return self
+                    return True
             except httpx.TransportError:
                 pass
             if self._process.poll() is not None:
-                raise RuntimeError(f"backend exited during startup: {self._log_path.read_text()[-2000:]}")
+                output = self._log_path.read_bytes()[written:].decode(errors="replace")
+                # Taken before the CLI's own check of the port, or between that check and the bind.
+                if "is in use by another program" in output or "address already in use" in output:
+                    return False
+                raise RuntimeError(f"backend exited during startup: {output[-2000:]}")
             if time.monotonic() > deadline:
                 raise RuntimeError("backend did not become ready")
             time.sleep(0.1)
