@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.app import create_app
 from backend.models import Turn, TurnStatus
-from backend.services.delivery import turn_runner
+from backend.services.delivery import event_log, turn_runner
 from backend.settings import Settings
 from tests.conftest import _off_loop
 from tests.support import databases
@@ -191,3 +191,29 @@ async def test_writes_refused_past_the_retries_are_ended_by_the_next_start(
                 assert await _running_turns(engine) == 0
             finally:
                 await again.aclose()
+
+
+async def test_connections_dropped_while_the_backend_was_idle_do_not_fail_the_next_turn(
+    postgres_url: str,
+    chat_settings: Callable[..., Settings],
+    scripted_provider: ScriptedProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The event writer holds a connection between commits; one the server dropped while the
+    writer had nothing to write (a restart, an idle timeout) is not used for the next turn."""
+    monkeypatch.setattr(event_log, "HELD_IDLE_SECONDS", 0.2)
+    _off_loop(lambda: databases.truncate_all(postgres_url))
+    admin = await asyncpg.connect(databases.asyncpg_dsn(postgres_url))
+    try:
+        async with _backend(chat_settings(postgres_url), "idle") as client:
+            cid = (await client.post("/api/conversations", json={"title": "idle"})).json()["id"]
+            await _takes_the_next_message(client, cid, scripted_provider)
+            dropped = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            assert dropped >= 1
+            await asyncio.sleep(0.3)
+            await _takes_the_next_message(client, cid, scripted_provider)
+    finally:
+        await admin.close()

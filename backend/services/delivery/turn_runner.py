@@ -390,18 +390,28 @@ class TurnRunner:
         while True:
             await asyncio.sleep(HEARTBEAT_SECONDS)
             try:
-                live = [turn_id for turn_id, job in self._jobs.items() if not job.log_failed]
-                if live:
-                    async with self._sessions() as db, db.begin():
-                        await db.execute(
-                            update(Turn)
-                            .where(Turn.id.in_(live), Turn.status == TurnStatus.RUNNING)
-                            .values(heartbeat_at=utcnow())
-                        )
+                await self.beat()
                 await self.recover_orphans(stale_only=True)
                 await self._prune_if_due()
             except Exception:
                 log.exception("turn maintenance failed")
+
+    async def beat(self) -> None:
+        """Marks this replica's running turns alive. A turn whose row another transaction holds
+        (its end being stored, a stop) is skipped until the next beat: waiting for it could
+        deadlock with a commit that ends several turns, which locks their rows in its own order.
+        `NO KEY UPDATE`, as the update itself takes: the key-share locks of the event log's
+        inserts (its foreign key) do not make a turn skip."""
+        live = [turn_id for turn_id, job in self._jobs.items() if not job.log_failed]
+        if not live:
+            return
+        unlocked = (
+            select(Turn.id)
+            .where(Turn.id.in_(live), Turn.status == TurnStatus.RUNNING)
+            .with_for_update(skip_locked=True, key_share=True)
+        )
+        async with self._sessions() as db, db.begin():
+            await db.execute(update(Turn).where(Turn.id.in_(unlocked)).values(heartbeat_at=utcnow()))
 
     async def _stop_poll_loop(self) -> None:
         while True:
