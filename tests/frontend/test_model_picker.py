@@ -118,7 +118,13 @@ def test_the_model_is_chosen_at_new_chat_and_changed_between_turns(
     expect(replies.last.locator(".msg-head time")).to_have_attribute("datetime", re.compile(r"^\d{4}-"))
 
     # The choice belongs to the conversation: a reload shows it, "new chat" starts at the default.
+    # Replies shown before the model list arrives name their models by id, then by label.
+    models: list[Route] = []
+    page.route(f"{stack.base_url}/api/models", lambda route: models.append(route))
     page.reload()
+    expect(replies.locator(".msg-model")).to_have_text(["cloud-mini", "house"])
+    models[0].continue_()
+    page.unroute(f"{stack.base_url}/api/models")
     expect(picker).to_have_value("house")
     expect(replies.locator(".msg-model")).to_have_text(["Cloud mini", "House model"])
     expect(meter).to_contain_text(_scale(client, "house"))

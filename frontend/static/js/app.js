@@ -487,5 +487,5 @@ window.addEventListener("popstate", () => {
 
 transcript.loadOlder = (before) => api.get(`/api/conversations/${state.conversation.id}/messages?before_message_id=${before}&limit=${PAGE}`);
 sidebar.reload();
-picker.load().catch((error) => composer.say(t("The list of models could not be loaded: {message}", { message: error.message }), "error"));
+picker.load().then(() => transcript.relabelModels()).catch((error) => composer.say(t("The list of models could not be loaded: {message}", { message: error.message }), "error"));
 open(boot.conversation_id);

@@ -313,6 +313,12 @@ class AssistantView {
     return this.message.message_id;
   }
 
+  // The model that wrote the reply, by its label once the page knows the model list.
+  showModel() {
+    const model = this.message.result?.model;
+    this.model.textContent = model ? this.modelLabel(model) : "";
+  }
+
   copyText() {
     return this.message.result?.value ?? this.streamed;
   }
@@ -327,7 +333,7 @@ class AssistantView {
     this.message = message;
     this.setStatus(message.status);
     const result = message.result ?? {};
-    this.model.textContent = result.model ? this.modelLabel(result.model) : "";
+    this.showModel();
     this.model.hidden = !result.model;
     const children = [];
     for (const block of result.blocks ?? []) {
@@ -467,6 +473,13 @@ export class Transcript {
 
   view(messageId) {
     return this.views.get(messageId) ?? null;
+  }
+
+  // The model list arrived after replies were shown with the bare ids: name them by label.
+  relabelModels() {
+    for (const view of this.views.values()) {
+      if (view instanceof AssistantView) view.showModel();
+    }
   }
 
   #build(messages) {
