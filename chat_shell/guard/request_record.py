@@ -18,7 +18,7 @@ from chat_shell.contracts import IMAGE_PART_TYPES, ModelRequest, RequestEntry, R
 from chat_shell.guard.protocol import GUIDANCE_ID
 from chat_shell.messages.convert import INSTRUCTIONS_ID, split_system
 from chat_shell.messages.markers import MARKER_KEY
-from chat_shell.messages.tool_images import media_line
+from chat_shell.messages.tool_images import part_placeholder
 from chat_shell.tools.mcp import server_of
 from chat_shell.tools.registry import ToolSet
 
@@ -26,9 +26,11 @@ _ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"
 
 
 def _text(message: BaseMessage) -> str:
-    """The entry's text, its pictures as placeholders (never the bytes), then its tool calls."""
+    """The entry's text, its pictures as placeholders (never the bytes), then its tool calls.
+    The pictures of a request are parts the guard built from checked images: their line comes
+    from the data URL's type and length, not from decoding them again at every model call."""
     media = [
-        media_line(part)
+        part_placeholder(part)
         for part in (message.content if isinstance(message.content, list) else ())
         if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES
     ]

@@ -127,7 +127,8 @@ def _media(block: Mapping[str, Any]) -> _Media:
 
 def media_line(block: Mapping[str, Any]) -> str:
     """The one stand-in for a media block wherever only text may go (chains, tool outputs, the
-    summarizer's input, the request a model was sent): the line a tool result shows for it."""
+    summarizer's input): the line a tool result shows for it. An image part already checked
+    (one a request carries) gets the same line from `part_placeholder` without decoding."""
     return _media(block).line
 
 
