@@ -36,14 +36,12 @@ class BackendProcess:
     def start(self, timeout: float = 180) -> BackendProcess:
         """Starts the process and waits until it is ready. A port picked free can be taken by
         another test's server before this process binds it: then it starts again on another."""
-        for _ in range(BIND_ATTEMPTS - 1):
+        for _ in range(BIND_ATTEMPTS):
             if self._start(timeout):
                 return self
             self.port = free_port()
             self.base_url = f"http://127.0.0.1:{self.port}"
-        if not self._start(timeout):
-            raise RuntimeError(f"backend could not bind a port: {self._log_path.read_text()[-2000:]}")
-        return self
+        raise RuntimeError(f"backend could not bind a port: {self._log_path.read_text()[-2000:]}")
 
     def _start(self, timeout: float) -> bool:
         """True once ready; False when it exited because its port was taken."""
