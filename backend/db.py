@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -14,7 +15,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
@@ -82,31 +83,50 @@ _GATE_HELD = "chat_shell_write_gate"
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 
 
-def _install_write_gate(engine: AsyncEngine, timeout: float) -> None:
+class WriteGate:
     """One SQLite writer at a time in this process, queued in the event loop.
 
     SQLite has one write lock. A writer that finds it taken sleeps in SQLite's busy handler, in
     steps of 1 to 100 ms, and does not wake when the lock frees: a burst of concurrent sends
     made the event log's commits (and every token behind them) wait about a second. Here a
     transaction takes the gate at its first write statement and gives it back when its
-    connection returns to the pool (after the commit or rollback), in FIFO order. Writers in
+    connection returns to the pool (after the commit or rollback), in FIFO order; a writer on
+    the driver itself (the event log's frames) takes it around its transaction. Writers in
     other processes still meet the busy handler. Waiting longer than the busy timeout fails
     like a locked database (503 `database_busy`).
     """
-    gate = asyncio.Lock()
 
-    async def acquire(statement: str, parameters: Any) -> None:
+    def __init__(self, timeout: float) -> None:
+        self._lock = asyncio.Lock()
+        self._timeout = timeout
+
+    async def acquire(self, statement: str = "", parameters: Any = None) -> None:
         try:
-            await asyncio.wait_for(gate.acquire(), timeout)
+            await asyncio.wait_for(self._lock.acquire(), self._timeout)
         except TimeoutError:
             locked = sqlite3.OperationalError("database is locked")
             raise OperationalError(statement, parameters, locked) from None
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+_gates: weakref.WeakKeyDictionary[Engine, WriteGate] = weakref.WeakKeyDictionary()
+
+
+def write_gate(engine: AsyncEngine) -> WriteGate | None:
+    """The engine's write gate (SQLite), or None (PostgreSQL has row locks and needs none)."""
+    return _gates.get(engine.sync_engine)
+
+
+def _install_write_gate(engine: AsyncEngine, timeout: float) -> None:
+    gate = _gates[engine.sync_engine] = WriteGate(timeout)
 
     def before_execute(conn: Connection, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
         proxied = conn.connection
         if proxied.info.get(_GATE_HELD) or not statement.lstrip()[:7].upper().startswith(_WRITES):
             return
-        proxied.dbapi_connection.run_async(lambda _driver: acquire(statement, parameters))  # type: ignore[union-attr]
+        proxied.dbapi_connection.run_async(lambda _driver: gate.acquire(statement, parameters))  # type: ignore[union-attr]
         proxied.info[_GATE_HELD] = True
 
     def returned(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:

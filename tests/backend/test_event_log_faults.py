@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.app import create_app
 from backend.models import Turn, TurnStatus
-from backend.services.delivery import event_log, turn_runner
+from backend.services.delivery import frame_store, turn_runner
 from backend.settings import Settings
 from tests.conftest import _off_loop
 from tests.support import databases
@@ -201,7 +201,7 @@ async def test_connections_dropped_while_the_backend_was_idle_do_not_fail_the_ne
 ) -> None:
     """The event writer holds a connection between commits; one the server dropped while the
     writer had nothing to write (a restart, an idle timeout) is not used for the next turn."""
-    monkeypatch.setattr(event_log, "HELD_IDLE_SECONDS", 0.2)
+    monkeypatch.setattr(frame_store, "HELD_IDLE_SECONDS", 0.2)
     _off_loop(lambda: databases.truncate_all(postgres_url))
     admin = await asyncpg.connect(databases.asyncpg_dsn(postgres_url))
     try:

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, insert, select
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.models import TurnEvent
+from backend.services.delivery.frame_store import FrameStore
 from backend.services.delivery.stream_events import Delta, StreamPayload
 
 log = logging.getLogger(__name__)
@@ -35,8 +37,6 @@ FRAME_SECONDS = 0.02
 # A batch that finds SQLite locked past its busy timeout is written again this many times.
 LOCKED_ATTEMPTS = 5
 LOCKED_BACKOFF_SECONDS = 0.5
-# A connection the event writer held this long without a commit is given back before the next.
-HELD_IDLE_SECONDS = 5.0
 _INSERT = insert(TurnEvent.__table__)
 
 
@@ -191,19 +191,13 @@ class EventWriter:
         self, sessions: async_sessionmaker[AsyncSession], publish: Publish, finish_commit: FinishCommit
     ) -> None:
         self._sessions = sessions
-        self._engine: AsyncEngine = sessions.kw["bind"]
+        # Text frames, most of the commits, go straight to the driver on a held connection.
+        self._frames = FrameStore(sessions.kw["bind"])
         self._publish = publish
         self._finish_commit = finish_commit
         self._queue: list[QueuedEvents] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        # Text frames, most of the commits, go through one connection held between them: a
-        # checkout from the pool (with its liveness ping) cost about as much CPU as the commit
-        # itself on PostgreSQL. SQLite checks out per commit: its in-process write gate is given
-        # back when a connection returns to the pool (`backend.db`).
-        self._hold = self._engine.dialect.name != "sqlite"
-        self._held: AsyncConnection | None = None
-        self._held_at = 0.0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="event-writer")
@@ -212,7 +206,7 @@ class EventWriter:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        await self._release()
+        await self._frames.release()
 
     def open(self, turn_id: int, last_seq: int = 0, on_error: Callable[[], None] | None = None) -> TurnLog:
         return TurnLog(self, turn_id, last_seq, on_error)
@@ -230,45 +224,19 @@ class EventWriter:
                 await self._commit(batch)
 
     async def _write(self, batch: list[QueuedEvents], events: list[StoredEvent]) -> None:
-        # A Core insert of the table (the ORM's bulk path costs more than the row), one row (the
-        # usual frame) without executemany.
-        rows = [{"turn_id": e.turn_id, "seq": e.seq, "event": e.event, "data": e.data} for e in events]
-        values = rows[0] if len(rows) == 1 else rows
         hooked = [(event, hook) for _, items in batch for event, hook in items if hook is not None]
         if not hooked:
             # Text frames, the most commits: nothing stages rollups, so no ORM session is needed.
-            await self._write_frames(values)
+            await self._frames.write([(e.turn_id, e.seq, e.event, e.data) for e in events])
             return
+        # A Core insert of the table (the ORM's bulk path costs more than the row), one row
+        # without executemany.
+        rows = [{"turn_id": e.turn_id, "seq": e.seq, "event": e.event, "data": e.data} for e in events]
         async with self._sessions() as db, db.begin():
-            await db.execute(_INSERT, values)
+            await db.execute(_INSERT, rows[0] if len(rows) == 1 else rows)
             for event, hook in hooked:
                 await hook(db, [event])
             await self._finish_commit(db)
-
-    async def _write_frames(self, values: dict[str, Any] | list[dict[str, Any]]) -> None:
-        if not self._hold:
-            async with self._engine.begin() as connection:
-                await connection.execute(_INSERT, values)
-            return
-        loop = asyncio.get_running_loop()
-        if self._held is not None and loop.time() - self._held_at > HELD_IDLE_SECONDS:
-            # Idle long enough to have been dropped (a server restart, an idle timeout): a
-            # fresh checkout is checked by the pool's ping first.
-            await self._release()
-        if self._held is None:
-            self._held = await self._engine.connect()
-        try:
-            async with self._held.begin():
-                await self._held.execute(_INSERT, values)
-        except Exception:
-            await self._release()  # the next commit starts on a fresh connection
-            raise
-        self._held_at = loop.time()
-
-    async def _release(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            await held.close()
 
     async def _commit(self, batch: list[QueuedEvents]) -> None:
         events = [event for _, items in batch for event, _ in items]
@@ -316,4 +284,6 @@ async def read_events(db: AsyncSession, turn_id: int, after_seq: int, limit: int
 
 
 def _is_locked(exc: Exception) -> bool:
-    return isinstance(exc, OperationalError) and "database is locked" in str(exc.orig)
+    """SQLite's write lock held past the busy timeout, through SQLAlchemy or the driver itself."""
+    cause = exc.orig if isinstance(exc, OperationalError) else exc
+    return isinstance(cause, sqlite3.OperationalError) and "database is locked" in str(cause)
