@@ -10,6 +10,7 @@ from datetime import timedelta
 from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+from backend import collector
 from backend.api.errors import install_error_handlers
 from backend.api.limits import BodySizeLimit
 from backend.api.routes import (
@@ -148,6 +149,9 @@ def create_app(settings: Settings | None = None, *, local_model: LocalModelServe
             )
             await runner.start()
             stack.push_async_callback(runner.stop)
+            if collector.full_collections_deferred():  # `serve` left them to this app
+                collections = asyncio.create_task(collector.run_full_collections(lambda: runner.active() > 0))
+                stack.callback(collections.cancel)
             passwords = Passwords(settings.password_hash_profile)
             stack.callback(passwords.close)
             extraction = ExtractionSandbox.from_settings(settings)

@@ -13,7 +13,7 @@ import time
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING
 
-from backend import secret_policy
+from backend import collector, secret_policy
 from backend.logs import configure_logging
 from backend.secret_policy import WeakSecret
 from backend.settings import RuntimeConfigurationError, Settings, get_settings
@@ -87,6 +87,7 @@ def worker_app() -> FastAPI:
     configure_logging(settings.log_level, json_lines=settings.log_json)
     app = create_app(settings)
     _freeze_startup_heap()
+    collector.defer_full_collections()
     return app
 
 
@@ -145,6 +146,7 @@ async def _serve_app(args: argparse.Namespace, settings: Settings) -> None:
 
         app = create_app(settings, local_model=local_model)
         _freeze_startup_heap()
+        collector.defer_full_collections()
         await uvicorn.Server(
             uvicorn.Config(app, host=args.host, port=args.port, log_config=None, proxy_headers=False)
         ).serve()
