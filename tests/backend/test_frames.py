@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +19,7 @@ from backend.model_catalog import ModelCatalog
 from backend.models import Turn
 from backend.models.base import utcnow
 from backend.services.dashboard import rollups
-from backend.services.delivery import streams, turns
+from backend.services.delivery import event_log, streams, turns
 from backend.services.delivery.broker import LocalBroker
 from backend.services.delivery.event_log import FRAME_SECONDS, EventWriter, StoredEvent, read_events
 from backend.services.delivery.relay import Relay
@@ -128,3 +129,41 @@ async def test_tokens_slower_than_a_frame_go_out_one_by_one(sqlite_url: str) -> 
     pieces = [(f"tok{n} ", FRAME_SECONDS * 1.5) for n in range(tokens)]
     _, deltas = await _relayed(sqlite_url, pieces, tool_at=tokens)
     assert deltas == tokens
+
+
+async def test_tokens_at_the_frame_rate_with_jitter_are_not_held_back(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tokens about one frame apart on average but unevenly (network and scheduling jitter):
+    one that comes early is sent the moment it arrives, from the frame bucket's reserve,
+    instead of waiting out the rest of a frame. Frames are made long here, so a wait shows."""
+    frame = 0.3
+    monkeypatch.setattr(event_log, "FRAME_SECONDS", frame)
+    engine = create_engine(sqlite_url)
+    sessions = session_factory(engine)
+    async with transaction(sessions) as db:
+        user = await auth.create_user(db, auth.Passwords("CHEAPEST"), uuid.uuid4().hex[:12], PASSWORD)
+        conversation = await conversations.create(db, user, "jitter", None, ModelCatalog("m", {}))
+        started = await turns.start_turn(db, user, conversation, "go", [], "runner", "m")
+    loop = asyncio.get_running_loop()
+    published: dict[str, float] = {}
+
+    async def publish(events: Sequence[StoredEvent]) -> None:
+        published.update((e.data["text"], loop.time()) for e in events if e.event == "message.delta")
+
+    writer = EventWriter(sessions, publish, rollups.write_staged)
+    writer.start()
+    sent: dict[str, float] = {}
+    try:
+        turn_log = writer.open(started.turn_id)
+        for n in range(10):
+            await asyncio.sleep(frame * (1.45 if n % 2 else 0.6))  # 1.025 frames apart on average
+            sent[f"tok{n} "] = loop.time()
+            turn_log.append_text(f"tok{n} ")
+        await turn_log.drain()
+    finally:
+        await writer.stop()
+        await engine.dispose()
+    assert published.keys() == sent.keys()  # each token its own frame
+    held = {token: published[token] - sent[token] for token in sent}
+    assert max(held.values()) < frame / 3, held

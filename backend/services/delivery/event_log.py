@@ -5,10 +5,13 @@ before anyone sees them. One writer task per process commits every pending event
 turn in a single transaction (group commit): at low load an event is written the moment it
 arrives; under load, the events that queued during one commit go out together in the next.
 
-Text comes in frames: the first text after a quiet spell goes out at once, and the text that
-follows within `FRAME_SECONDS` becomes one `message.delta` at the end of that window, so the
-log, the broker and every stream work once per frame, not once per token. Text that queues up
-behind a commit is merged the same way. Frames are made before they are numbered, so a
+Text comes in frames: a turn sends at most one `message.delta` per `FRAME_SECONDS` on average
+(a token bucket that holds `FRAME_BURST` frames), so a fast stream's log, broker and streams
+work once per frame, not once per token. Text goes out the moment it arrives while the bucket
+holds a frame; otherwise it waits for the next one, with whatever text follows. At a typical
+50 tokens/s nothing waits: a token that arrives early (network and scheduling jitter) uses the
+bucket's reserve instead of waiting out a fixed window. Text that queues up behind a commit is
+merged the same way. Frames are made before they are numbered, so a
 numbered event is never merged or split afterwards and replay reproduces the text exactly.
 """
 
@@ -31,9 +34,10 @@ from backend.services.delivery.stream_events import Delta, StreamPayload
 
 log = logging.getLogger(__name__)
 
-# A turn's text is sent at most once per this many seconds (the first text after a quiet
-# spell at once): at a typical 50 tokens/s nothing waits; a fast stream gets ~20 ms frames.
+# A turn's text goes out at most once per this many seconds on average; a fast stream gets
+# ~20 ms frames. FRAME_BURST frames may go out back to back after a slower spell.
 FRAME_SECONDS = 0.02
+FRAME_BURST = 3
 # A batch that finds SQLite locked past its busy timeout is written again this many times.
 LOCKED_ATTEMPTS = 5
 LOCKED_BACKOFF_SECONDS = 0.5
@@ -94,23 +98,26 @@ class TurnLog:
         self._idle = asyncio.Event()
         self._idle.set()
         self._error: LogWriteFailed | None = None
-        # The text of the frame being gathered, and the end of the current frame window.
+        # The text of the frame being gathered; the frame bucket (frames it holds, when it was
+        # last filled up); the timer that sends the gathered text when the bucket has a frame.
         self._frame: list[str] = []
-        self._window: asyncio.TimerHandle | None = None
+        self._frames_held = float(FRAME_BURST)
+        self._filled_at = 0.0
+        self._waiting: asyncio.TimerHandle | None = None
 
     @property
     def broken(self) -> bool:
         return self._error is not None
 
     def append_text(self, text: str) -> None:
-        """A piece of the reply's text: sent at once after a quiet spell, else with its frame."""
+        """A piece of the reply's text: sent at once while the frame bucket holds a frame, else
+        with the next frame."""
         if self._error is not None:
             raise self._error
         self._frame.append(text)
         self._idle.clear()
-        if self._window is None:
-            self._flush_frame()
-            self._window = asyncio.get_running_loop().call_later(FRAME_SECONDS, self._window_ends)
+        if self._waiting is None:
+            self._send_frame_or_wait()
 
     def append(self, payload: StreamPayload, hook: CommitHook | None = None) -> None:
         if self._error is not None:
@@ -118,13 +125,22 @@ class TurnLog:
         self._flush_frame()  # the text before this event goes out before it
         self._queue(payload, hook)
 
-    def _window_ends(self) -> None:
-        """A frame window closed: its text goes out and the next window opens; none is left
-        open after a window without text, so the next text goes out at once."""
-        self._window = None
-        if self._frame and self._error is None:
+    def _send_frame_or_wait(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        held = min(FRAME_BURST, self._frames_held + (now - self._filled_at) / FRAME_SECONDS)
+        self._filled_at = now
+        if held >= 1:
+            self._frames_held = held - 1
             self._flush_frame()
-            self._window = asyncio.get_running_loop().call_later(FRAME_SECONDS, self._window_ends)
+        else:
+            self._frames_held = held
+            self._waiting = loop.call_later((1 - held) * FRAME_SECONDS, self._frame_due)
+
+    def _frame_due(self) -> None:
+        self._waiting = None
+        if self._frame and self._error is None:
+            self._send_frame_or_wait()
 
     def _flush_frame(self) -> None:
         if self._frame:
