@@ -1,16 +1,22 @@
-"""Turn delivery under load (issue 4).
+"""Turn delivery under load (issues 4 and 18).
 
 Three processes: the backend (`chat-shell serve`, SQLite, chat_shell in package mode), the
 scripted provider emitting clock tokens at 50 tokens per second per turn, and this process
-with the SSE clients. N concurrent turns of 500 tokens stream to N clients; every stream must
-be complete and in order. Added delivery latency = client receive time minus the provider's
-emit time of each token (both wall clocks of this machine). The capacity sweep (issue 18) runs
-the same load at rising concurrencies and names the largest that meets both latency targets,
-with the tokens delivered per second and the backend's CPU share (its CPU seconds per second
-of the load: 1.0 is one core). A reconnect replays a turn of at least 5,000 events and is
-compared with streaming the same events live. The load and the sweep then run again with the
-backend on PostgreSQL, the production database. `--quick`: 100-token turns, the 20-turn load
-and a shorter sweep on both databases.
+with the SSE clients. Added delivery latency = client receive time minus the provider's emit
+time of each token (both wall clocks of this machine); every stream must be complete and in
+order.
+
+- The load (issue 4): N turns of 500 tokens sent at once (a burst), every token counted.
+- The capacity sweep (issue 18): N concurrent replies in a steady state. Client i of N starts
+  i/N of a reply's length in and sends again as soon as its reply ends, so replies start and
+  end all the time while N stream; latency counts the tokens emitted while all N clients are
+  in their replies. It names the largest N that meets both latency targets, with the tokens
+  delivered per second and the CPU share (CPU seconds per second of the level: 1.0 is one
+  core) of the backend, the provider and the clients.
+- A reconnect replays a turn of many events and is compared with streaming it live.
+
+The load and the sweep then run again with the backend on PostgreSQL, the production
+database. `--quick`: 100-token turns, the 20-turn load and a shorter sweep on both databases.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -40,6 +46,7 @@ from tests.support.processes import BackendProcess, backend_env
 from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+PROVIDER_TOKENS_PER_SECOND = 50
 P50_TARGET_MS = 5.0
 P99_TARGET_MS = 50.0
 # Concurrencies of the capacity sweep (issue 18 asks for at least 40 on PostgreSQL).
@@ -84,7 +91,22 @@ async def _client(base_url: str) -> httpx.AsyncClient:
     return client
 
 
-async def _follow(client: httpx.AsyncClient, cid: int, latencies: list[float]) -> tuple[int, bool]:
+@dataclass
+class Tally:
+    """The tokens received, and the added latency (ms) of those emitted within the measured
+    window (provider wall clock, ns; the whole load when None)."""
+
+    window: tuple[int, int] | None = None
+    tokens: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+    def token(self, stamp: int, received: int) -> None:
+        self.tokens += 1
+        if self.window is None or self.window[0] <= stamp < self.window[1]:
+            self.latencies.append((received - stamp) / 1e6)
+
+
+async def _follow(client: httpx.AsyncClient, cid: int, tally: Tally) -> tuple[int, bool]:
     """Reads one conversation's stream to its terminal event; returns (events, complete and in order)."""
     seqs: list[int] = []
     terminal = None
@@ -96,7 +118,7 @@ async def _follow(client: httpx.AsyncClient, cid: int, latencies: list[float]) -
             seqs.append(int(sse.id.split(":")[1]))
             if sse.event == "message.delta":
                 for stamp in json.loads(sse.data)["text"].split():
-                    latencies.append((received - int(stamp)) / 1e6)
+                    tally.token(int(stamp), received)
             if sse.event.startswith("turn.") and sse.event != "turn.started":
                 terminal = sse.event
                 break
@@ -114,8 +136,10 @@ async def _send(client: httpx.AsyncClient, cid: int) -> httpx.Response:
 
 @dataclass(frozen=True)
 class LoadResult:
+    # Concurrent replies, tokens per reply, and replies each client asks for in turn.
     turns: int
     tokens: int
+    replies: int
     send_errors: int
     incomplete: int
     received: int
@@ -124,56 +148,85 @@ class LoadResult:
     p50: float
     p95: float
     p99: float
-    # The backend's CPU seconds per second of the load (1.0: one core busy).
+    # CPU seconds per second of the load (1.0: one core busy) of the backend, and of the two
+    # processes that share its machine: the provider, and the clients (this process).
     cpu_share: float
+    provider_cpu: float
+    clients_cpu: float
 
     @property
     def within_targets(self) -> bool:
-        clean = self.send_errors == 0 and self.incomplete == 0 and self.received == self.turns * self.tokens
+        clean = self.send_errors == 0 and self.incomplete == 0 and self.received == self.expected
         return clean and self.p50 <= P50_TARGET_MS and self.p99 <= P99_TARGET_MS
 
+    @property
+    def expected(self) -> int:
+        return self.turns * self.tokens * self.replies
 
-async def _load(backend: BackendProcess, turns: int, tokens: int) -> LoadResult:
+
+async def _load(
+    backend: BackendProcess, provider: psutil.Process, turns: int, tokens: int, *, steady: bool = False
+) -> LoadResult:
+    """`turns` clients, each with its own conversation. A burst (the default): all send at once,
+    and every token counts. `steady`: client i of N starts i/N of a reply's length in and sends
+    again as soon as its reply ends (2 replies each), so replies start and end all the time, as
+    when N replies are always streaming; latency counts the tokens emitted while all N clients
+    are in their replies (from one reply's length after the start to two)."""
     client = await _client(backend.base_url)
-    process = psutil.Process(backend.pid)
+    processes = (psutil.Process(backend.pid), provider, psutil.Process())
     conversations = [
         (await client.post("/api/conversations", json={"title": f"load {n}"})).json()["id"]
         for n in range(turns)
     ]
-    latencies: list[float] = []
+    reply_seconds = tokens / PROVIDER_TOKENS_PER_SECOND
+    replies = 2 if steady else 1
+    now = time.time_ns()
+    tally = Tally((now + int(reply_seconds * 1e9), now + int(2 * reply_seconds * 1e9)) if steady else None)
     failed_sends: list[httpx.Response] = []
 
-    async def send_and_follow(cid: int) -> tuple[int, bool]:
-        # Like a browser: its own stream opens as soon as its own send is accepted.
-        response = await _send(client, cid)
-        if response.status_code != 202:
-            failed_sends.append(response)
-            return 0, False
-        return await _follow(client, cid, latencies)
+    async def send_and_follow(index: int, cid: int) -> tuple[int, bool]:
+        if steady:
+            await asyncio.sleep(reply_seconds * index / turns)
+        events, complete = 0, True
+        for _ in range(replies):
+            # Like a browser: its own stream opens as soon as its own send is accepted.
+            response = await _send(client, cid)
+            if response.status_code != 202:
+                failed_sends.append(response)
+                return events, False
+            delivered, in_order = await _follow(client, cid, tally)
+            events, complete = events + delivered, complete and in_order
+        return events, complete
 
-    start, cpu_start = time.perf_counter(), _cpu_seconds(process)
-    results = await asyncio.gather(*(send_and_follow(cid) for cid in conversations), return_exceptions=True)
+    start, cpu_start = time.perf_counter(), [_cpu_seconds(process) for process in processes]
+    results = await asyncio.gather(
+        *(send_and_follow(index, cid) for index, cid in enumerate(conversations)), return_exceptions=True
+    )
     elapsed = time.perf_counter() - start
-    cpu = _cpu_seconds(process) - cpu_start
+    used = [_cpu_seconds(process) - before for process, before in zip(processes, cpu_start, strict=True)]
+    backend_cpu, provider_cpu, clients_cpu = (seconds / elapsed for seconds in used)
     await client.aclose()
     if failed_sends:
         print("send failed:", failed_sends[0].status_code, failed_sends[0].text[:300])
     errors = len(failed_sends)
     failed = [r for r in results if isinstance(r, BaseException) or not r[1]]
-    latencies.sort()
+    latencies = sorted(tally.latencies)
     quantile = statistics.quantiles(latencies, n=100) if len(latencies) > 100 else [float("nan")] * 99
     return LoadResult(
         turns=turns,
         tokens=tokens,
+        replies=replies,
         send_errors=errors,
         incomplete=len(failed),
-        received=len(latencies),
+        received=tally.tokens,
         events=sum(r[0] for r in results if not isinstance(r, BaseException)),
         elapsed=elapsed,
         p50=quantile[49],
         p95=quantile[94],
         p99=quantile[98],
-        cpu_share=cpu / elapsed,
+        cpu_share=backend_cpu,
+        provider_cpu=provider_cpu,
+        clients_cpu=clients_cpu,
     )
 
 
@@ -185,25 +238,30 @@ def _cpu_seconds(process: psutil.Process) -> float:
 def _print_load(result: LoadResult) -> None:
     row(f"{result.turns} concurrent turns x {result.tokens} tokens", "value")
     row("  send errors / incomplete streams", f"{result.send_errors} / {result.incomplete}")
-    row("  tokens received (expected)", f"{result.received} ({result.turns * result.tokens})")
+    row("  tokens received (expected)", f"{result.received} ({result.expected})")
     row("  events delivered per second", f"{result.events / result.elapsed:.0f}")
     row("  tokens delivered per second", f"{result.received / result.elapsed:.0f}")
     row(f"  added latency p50 ms (target <= {P50_TARGET_MS:.0f})", f"{result.p50:.2f}")
     row("  added latency p95 ms", f"{result.p95:.2f}")
     row(f"  added latency p99 ms (target <= {P99_TARGET_MS:.0f})", f"{result.p99:.2f}")
     row("  backend CPU share (1.0 = one core)", f"{result.cpu_share:.2f}")
+    row("  beside it: provider / clients CPU share", f"{result.provider_cpu:.2f} / {result.clients_cpu:.2f}")
     row("  wall time s", f"{result.elapsed:.1f}")
 
 
-async def _capacity(backend: BackendProcess, tokens: int, levels: list[int]) -> None:
+async def _capacity(
+    backend: BackendProcess, provider: psutil.Process, tokens: int, levels: list[int]
+) -> None:
     """The same load at rising concurrencies: the largest that meets both latency targets."""
-    row("capacity: concurrent replies", "p50 ms", "p99 ms", "tokens/s", "backend CPU", "targets")
+    headings = ("p50 ms", "p99 ms", "tokens/s", "backend CPU", "prov/clients", "targets")
+    row("capacity: concurrent replies", *headings)
     best = 0
     for turns in levels:
-        result = await _load(backend, turns, tokens)
+        result = await _load(backend, provider, turns, tokens, steady=True)
         verdict = "met" if result.within_targets else "not met"
         rate = result.received / result.elapsed
-        cells = (f"{result.p50:.2f}", f"{result.p99:.2f}", f"{rate:.0f}", f"{result.cpu_share:.2f}")
+        beside = f"{result.provider_cpu:.2f}/{result.clients_cpu:.2f}"
+        cells = (f"{result.p50:.2f}", f"{result.p99:.2f}", f"{rate:.0f}", f"{result.cpu_share:.2f}", beside)
         row(f"  {turns}", *cells, verdict)
         if result.within_targets:
             best = max(best, turns)
@@ -235,10 +293,10 @@ async def _replay(base_url: str, provider_url: str, events_wanted: int) -> None:
         await provider.post(f"{provider_url}/_script", json=script)
     await client.post(f"/api/conversations/{cid}/messages", json={"content": "long"})
     live_start = time.perf_counter()
-    live_events, ok = await _follow(client, cid, [])
+    live_events, ok = await _follow(client, cid, Tally())
     live = time.perf_counter() - live_start
     replay_start = time.perf_counter()
-    replay_events, replay_ok = await _follow(client, cid, [])
+    replay_events, replay_ok = await _follow(client, cid, Tally())
     replay = time.perf_counter() - replay_start
     row("reconnect replay", "events", "seconds")
     row("  live stream", live_events, f"{live:.3f}")
@@ -269,8 +327,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         work = Path(directory)
         provider_port = free_port()
-        provider = _start_provider(provider_port, 50, tokens)
+        provider = _start_provider(provider_port, PROVIDER_TOKENS_PER_SECOND, tokens)
         provider_url = f"http://127.0.0.1:{provider_port}"
+        provider_process = psutil.Process(provider.pid)
         try:
             with _backend(f"sqlite+aiosqlite:///{work / 'bench.db'}", provider_url, work) as backend:
                 floor = asyncio.run(_bare_stream_cpu(provider_url, 2000))
@@ -278,8 +337,8 @@ def main() -> None:
                 row("  tokens/s one core can parse at most", f"{1000 / floor:.0f}")
                 row("  concurrent 50-token/s turns that fills", f"{1000 / floor / 50:.0f}")
                 print("== SQLite (the default database) ==")
-                _print_load(asyncio.run(_load(backend, turns, tokens)))
-                asyncio.run(_capacity(backend, tokens, levels))
+                _print_load(asyncio.run(_load(backend, provider_process, turns, tokens)))
+                asyncio.run(_capacity(backend, provider_process, tokens, levels))
                 asyncio.run(_replay(backend.base_url, provider_url, 1000 if args.quick else 5000))
             with databases.scratch_postgres() as postgres:
                 if postgres is None:
@@ -288,8 +347,8 @@ def main() -> None:
                 print("== PostgreSQL ==")
                 with _backend(postgres, provider_url, work) as backend:
                     if not args.quick:
-                        _print_load(asyncio.run(_load(backend, turns, tokens)))
-                    asyncio.run(_capacity(backend, tokens, levels))
+                        _print_load(asyncio.run(_load(backend, provider_process, turns, tokens)))
+                    asyncio.run(_capacity(backend, provider_process, tokens, levels))
         finally:
             provider.terminate()
             provider.wait()
