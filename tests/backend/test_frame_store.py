@@ -6,7 +6,6 @@ busy handler."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,13 +13,10 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.db import create_engine, session_factory, transaction
-from backend.model_catalog import ModelCatalog
 from backend.models import TurnEvent
-from backend.services.delivery import turns
 from backend.services.delivery.event_log import StoredEvent, read_events
 from backend.services.delivery.frame_store import FrameStore
-from backend.services.records import auth, conversations
-from tests.support.api import PASSWORD
+from tests.support.turns import stored_turn
 
 DATA = {"text": 'Grüße, 世界 "quoted"\n', "n": [1, 2.5, None, True]}
 DELTA = "message.delta"
@@ -34,10 +30,7 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
 
 
 async def _turn(engine: AsyncEngine) -> int:
-    async with transaction(session_factory(engine)) as db:
-        user = await auth.create_user(db, auth.Passwords("CHEAPEST"), uuid.uuid4().hex[:12], PASSWORD)
-        conversation = await conversations.create(db, user, "frames", None, ModelCatalog("m", {}))
-        return (await turns.start_turn(db, user, conversation, "go", [], "runner", "m")).turn_id
+    return (await stored_turn(session_factory(engine))).turn_id
 
 
 async def _stored(engine: AsyncEngine, turn_id: int) -> list[StoredEvent]:

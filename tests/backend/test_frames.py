@@ -6,7 +6,6 @@ blocks."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -15,16 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backend.db import create_engine, session_factory, transaction
-from backend.model_catalog import ModelCatalog
 from backend.models import Turn
 from backend.models.base import utcnow
 from backend.services.dashboard import rollups
-from backend.services.delivery import event_log, streams, turns
+from backend.services.delivery import event_log, streams
 from backend.services.delivery.broker import LocalBroker
 from backend.services.delivery.event_log import FRAME_SECONDS, EventWriter, StoredEvent, read_events
 from backend.services.delivery.relay import Relay
 from backend.services.delivery.stream_events import visible
-from backend.services.records import auth, conversations
 from chat_shell.contracts import (
     MessageDelta,
     ToolCompleted,
@@ -35,7 +32,7 @@ from chat_shell.contracts import (
     TurnStarted,
 )
 from chat_shell.events.fold import VISIBLE_EVENT_TYPES, VisibleTurn, fold
-from tests.support.api import PASSWORD
+from tests.support.turns import stored_turn
 
 # A piece of text and the pause after it (none, shorter than a frame, longer than a frame).
 PIECES = st.lists(
@@ -56,10 +53,7 @@ async def _relayed(url: str, pieces: Sequence[tuple[str, float]], tool_at: int) 
     log, then the replay of its pruned log, against the fold of what was streamed."""
     engine = create_engine(url)
     sessions = session_factory(engine)
-    async with transaction(sessions) as db:
-        user = await auth.create_user(db, auth.Passwords("CHEAPEST"), uuid.uuid4().hex[:12], PASSWORD)
-        conversation = await conversations.create(db, user, "frames", None, ModelCatalog("m", {}))
-        started = await turns.start_turn(db, user, conversation, "go", [], "runner", "m")
+    started = await stored_turn(sessions)
     writer = EventWriter(sessions, LocalBroker().publish, rollups.write_staged)
     writer.start()
     streamed: list[TurnEvent] = []
@@ -141,10 +135,7 @@ async def test_tokens_at_the_frame_rate_with_jitter_are_not_held_back(
     monkeypatch.setattr(event_log, "FRAME_SECONDS", frame)
     engine = create_engine(sqlite_url)
     sessions = session_factory(engine)
-    async with transaction(sessions) as db:
-        user = await auth.create_user(db, auth.Passwords("CHEAPEST"), uuid.uuid4().hex[:12], PASSWORD)
-        conversation = await conversations.create(db, user, "jitter", None, ModelCatalog("m", {}))
-        started = await turns.start_turn(db, user, conversation, "go", [], "runner", "m")
+    started = await stored_turn(sessions)
     loop = asyncio.get_running_loop()
     published: dict[str, float] = {}
 

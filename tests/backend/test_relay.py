@@ -8,19 +8,16 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from backend.db import create_engine, session_factory, transaction
-from backend.model_catalog import ModelCatalog
+from backend.db import create_engine, session_factory
 from backend.models import Message
 from backend.services.dashboard import rollups
-from backend.services.delivery import turns
 from backend.services.delivery.broker import LocalBroker
 from backend.services.delivery.event_log import EventWriter, read_events
 from backend.services.delivery.relay import Relay
 from backend.services.delivery.stream_events import visible
-from backend.services.records import auth, conversations
 from chat_shell.contracts import MessageDelta, ToolCompleted, ToolStarted, TurnStarted
 from chat_shell.events.fold import VISIBLE_EVENT_TYPES, fold
-from tests.support.api import PASSWORD
+from tests.support.turns import stored_turn
 
 
 @pytest.fixture
@@ -33,10 +30,7 @@ async def sessions(sqlite_url: str) -> AsyncIterator[async_sessionmaker[AsyncSes
 async def test_a_turn_failing_outside_the_runtime_keeps_the_text_and_blocks_it_streamed(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    async with transaction(sessions) as db:
-        user = await auth.create_user(db, auth.Passwords("CHEAPEST"), "relayed", PASSWORD)
-        conversation = await conversations.create(db, user, "relay", None, ModelCatalog("m", {}))
-        started = await turns.start_turn(db, user, conversation, "read it", [], "this-runner", "m")
+    started = await stored_turn(sessions, "read it")
     broker = LocalBroker()
     writer = EventWriter(sessions, broker.publish, rollups.write_staged)
     writer.start()

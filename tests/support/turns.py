@@ -1,9 +1,17 @@
-"""Helpers to build turn requests and read a runtime's events in tests."""
+"""Helpers to build turn requests and read a runtime's events in tests, and a running turn stored
+in the database for the tests of the delivery pieces below the API (the relay, the event log)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from backend.db import transaction
+from backend.model_catalog import ModelCatalog
+from backend.services.delivery import turns
+from backend.services.records import auth, conversations
 from chat_shell.contracts import (
     TERMINAL_EVENT_TYPES,
     ChainMessage,
@@ -12,6 +20,7 @@ from chat_shell.contracts import (
     TurnRuntime,
     UserInput,
 )
+from tests.support.api import PASSWORD
 
 
 def make_request(
@@ -45,3 +54,11 @@ async def collect(runner: TurnRuntime, request: TurnRequest, **kwargs: Any) -> l
 
 def deltas(events: list[TurnEvent]) -> str:
     return "".join(e.text for e in events if e.type == "message.delta")  # type: ignore[union-attr]
+
+
+async def stored_turn(sessions: async_sessionmaker[AsyncSession], content: str = "go") -> turns.StartedTurn:
+    """A new user's new conversation with a running turn of model `m`."""
+    async with transaction(sessions) as db:
+        user = await auth.create_user(db, auth.Passwords("CHEAPEST"), uuid.uuid4().hex[:12], PASSWORD)
+        conversation = await conversations.create(db, user, "delivery", None, ModelCatalog("m", {}))
+        return await turns.start_turn(db, user, conversation, content, [], "runner", "m")
