@@ -17,7 +17,7 @@ from backend.models import Conversation, TurnStatus, User
 from backend.models.base import utcnow
 from backend.services.dashboard import aggregates, rollups
 from backend.services.dashboard.windows import Window
-from backend.services.delivery import turns
+from backend.services.delivery import turn_endings, turns
 from chat_shell.contracts import ContextMetrics, TurnResult
 from tests.support.api import new_operator, new_user
 from tests.support.dashboard import StoredCompaction, StoredTurn, snapshot, store_metrics
@@ -313,7 +313,9 @@ async def test_turns_count_in_the_rollups_when_they_start_and_finish(
                 context_metrics=ContextMetrics.model_validate(snapshot(3_500 + 1_000 * index, 7_000)),
             )
             async with sessions() as db, db.begin():
-                await turns.finish_turn(db, started[index], TurnStatus.COMPLETED, result, None, utcnow(), 1)
+                await turn_endings.finish_turn(
+                    db, started[index], TurnStatus.COMPLETED, result, None, utcnow(), 1
+                )
                 await rollups.write_staged(db)
 
         await asyncio.gather(finish(0), finish(1))

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from backend.models import Conversation, TurnStatus, User
 from backend.models.base import utcnow
 from backend.services.dashboard import rollups
-from backend.services.delivery import turns
+from backend.services.delivery import turn_endings, turns
 from backend.services.records.history import resolve_history
 from backend.settings import Settings
 from chat_shell.contracts import ChainMessage, ContextMetrics, ModelHistory, TurnResult
@@ -164,13 +164,13 @@ async def test_a_turn_that_ends_without_a_chain_keeps_the_checkpoint_it_stored(w
         conversation = await db.get(Conversation, cid)
         assert owner is not None and conversation is not None
         started = await turns.start_turn(db, owner, conversation, "go on", [], "another-runner", None)
-        await turns.store_checkpoint(
+        await turn_endings.store_checkpoint(
             db, started.assistant_message.id, [summary("S-mid"), retained("user", "go on")]
         )
     async with world.sessions() as db, db.begin():
         lost = TurnResult(value="cut sho", termination_reason="internal_error")
         error = {"code": "runtime_unavailable", "message": "gone"}
-        await turns.finish_turn(db, started, TurnStatus.FAILED, lost, error, utcnow(), 1)
+        await turn_endings.finish_turn(db, started, TurnStatus.FAILED, lost, error, utcnow(), 1)
         await rollups.write_staged(db)
     assert shape(await world.resolved(cid)) == rows(
         """

@@ -49,7 +49,7 @@ async def test_the_beat_skips_a_turn_row_another_transaction_holds_and_marks_the
                 # Waiting on the held row would never end while this transaction is open. The
                 # other row can be held for a moment too (a commit of its events): beat again.
                 for _ in range(50):
-                    await asyncio.wait_for(runner.beat(), 5)
+                    await asyncio.wait_for(runner.liveness.beat(), 5)
                     after = dict(await admin.fetch("SELECT id, heartbeat_at FROM turns"))
                     if after[free] > before[free]:
                         break

@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from backend.db import transaction
 from backend.models import Message
 from backend.services.dashboard import rollups
-from backend.services.delivery import turns
+from backend.services.delivery import turn_endings, turns
 from backend.services.errors import NotFound
 from backend.services.records import auth, conversations
 from backend.services.records.history import resolve_history, turn_entries
@@ -165,7 +165,9 @@ class AheadCompactions:
             except NotFound:
                 return
             if outcome.record.status == "completed" and outcome.checkpoint_chain:
-                await turns.store_checkpoint(db, started.assistant_message.id, outcome.checkpoint_chain)
-                await turns.add_compaction_record(db, started.assistant_message.id, outcome.record)
-            await turns.record_compaction(db, started, outcome.record, model)
+                await turn_endings.store_checkpoint(
+                    db, started.assistant_message.id, outcome.checkpoint_chain
+                )
+                await turn_endings.add_compaction_record(db, started.assistant_message.id, outcome.record)
+            await turn_endings.record_compaction(db, started, outcome.record, model)
             await rollups.write_staged(db)

@@ -18,7 +18,7 @@ from backend.models import TurnStatus
 from backend.models.base import utcnow
 from backend.schemas.conversations import StoredMessage, user_visible
 from backend.services.dashboard import rollups
-from backend.services.delivery import turns
+from backend.services.delivery import turn_endings, turns
 from backend.services.delivery.event_log import StoredEvent, TurnLog
 from backend.services.delivery.stream_events import (
     Cancelled,
@@ -108,8 +108,8 @@ class Relay:
 
         async def persist(db: AsyncSession, _: Sequence[StoredEvent]) -> None:
             if record.status == "completed" and chain:
-                await turns.store_checkpoint(db, started.assistant_message.id, chain)
-            await turns.record_compaction(db, started, record, model)
+                await turn_endings.store_checkpoint(db, started.assistant_message.id, chain)
+            await turn_endings.record_compaction(db, started, record, model)
 
         self.turn_log.append(relayed(event), persist)
 
@@ -128,7 +128,7 @@ class Relay:
             message = StoredMessage.model_validate(started.assistant_message).model_copy(
                 update={
                     "status": status.value,
-                    "result": user_visible(turns.result_document(result, error, self.model)),
+                    "result": user_visible(turn_endings.result_document(result, error, self.model)),
                     "updated_at": now,
                 }
             )
@@ -136,6 +136,6 @@ class Relay:
 
         # Compaction rows were written as their events arrived; the result only repeats them.
         async def persist(db: AsyncSession, events: Sequence[StoredEvent]) -> None:
-            await turns.finish_turn(db, started, status, result, error, now, events[-1].seq)
+            await turn_endings.finish_turn(db, started, status, result, error, now, events[-1].seq)
 
         self.turn_log.append(ending, persist)

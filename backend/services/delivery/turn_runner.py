@@ -1,8 +1,9 @@
-"""Background turn jobs: send (and regenerate) a message, run chat_shell, recover orphans.
+"""Background turn jobs: send (and regenerate) a message, run chat_shell, stop or decide.
 
 A turn runs as a task of this process, independent of any HTTP connection: closing the page
 never stops it; only an explicit stop does. The runtime's events go through the turn's relay
 (`relay`) onto its durable log (`event_log`), which publishes them to listeners (`broker`).
+The runner's heartbeat and the recovery of orphaned turns are its `liveness`.
 """
 
 from __future__ import annotations
@@ -14,20 +15,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.db import transaction
 from backend.model_catalog import ModelCatalog
 from backend.models import Attachment, Conversation, Turn, TurnStatus, User
-from backend.models.base import utcnow
 from backend.services.compaction.ahead import AheadCompactions
 from backend.services.dashboard import rollups
-from backend.services.delivery import streams, turns
+from backend.services.delivery import turn_endings, turns
 from backend.services.delivery.broker import LocalBroker
 from backend.services.delivery.capabilities import CapabilityIssuer
-from backend.services.delivery.event_log import EventWriter, LogWriteFailed, StoredEvent
+from backend.services.delivery.event_log import EventWriter, LogWriteFailed
+from backend.services.delivery.liveness import Liveness
 from backend.services.delivery.relay import Relay
 from backend.services.delivery.stream_events import relayed
 from backend.services.errors import Conflict, Invalid, Unavailable
@@ -38,16 +39,6 @@ from chat_shell.contracts import AttachmentRef, NextTurnPreviewer, TurnRequest, 
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_SECONDS = 5.0
-# With several replicas a stop may reach another replica while the broker is down: the stored
-# stop requests of this runner's turns are read this often (a stop is seen within 1 s).
-STOP_POLL_SECONDS = 0.5
-PRUNE_EVERY_SECONDS = 3600.0
-# A runner silent for this long is presumed dead (several replicas share the database).
-STALE_AFTER = timedelta(seconds=30)
-# A turn of this runner without a live job (its ending could not be stored) is recovered once
-# its heartbeat is this old: a turn is committed a moment before its job starts.
-OWN_DEAD_AFTER = timedelta(seconds=2 * HEARTBEAT_SECONDS)
 # A turn whose log broke is ended (failed, partial text kept) with this many attempts, the
 # wait between them doubling up to the cap; after that, recovery ends it.
 END_ATTEMPTS = 8
@@ -113,32 +104,30 @@ class TurnRunner:
         self._defaults = defaults
         # Service mode: chat_shell loads the history itself, with access minted per turn.
         self._remote_access = remote_access
-        # With several replicas (shared broker) only stale turns are orphans; alone, all are.
-        self._shared = shared
-        # Event rows of turns finished longer ago are pruned; their replay is synthesized.
-        self._event_retention = event_retention
-        self._next_prune = 0.0
         self._jobs: dict[int, _Job] = {}
+        self.liveness = Liveness(
+            sessions,
+            broker,
+            self.runner_id,
+            self._jobs,
+            self._cancel_local,
+            shared=shared,
+            event_retention=event_retention,
+        )
         # Compaction ahead of time: scheduled at turn end, awaited by the next turn that starts.
         self._ahead = ahead
         # Shows the next turn's request before the send (None: chat_shell runs as its own service).
         self.previewer = previewer
         # Names a conversation after its first reply (None: generated titles are off).
         self.titles = titles
-        self._maintenance: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         await self._broker.start(self._cancel_local, self._decide_local)
-        await self.recover_orphans(stale_only=self._shared)
-        self._maintenance.append(asyncio.create_task(self._heartbeat_loop(), name="turn-heartbeat"))
-        if self._shared:
-            self._maintenance.append(asyncio.create_task(self._stop_poll_loop(), name="turn-stop-poll"))
+        await self.liveness.start()
 
     async def stop(self) -> None:
         """On shutdown running turns are stopped and finalized as cancelled, nothing is left running."""
-        for task in self._maintenance:
-            task.cancel()
-        await asyncio.gather(*self._maintenance, return_exceptions=True)
+        await self.liveness.stop()
         for job in list(self._jobs.values()):
             job.cancel.set()
         await asyncio.gather(*(job.done.wait() for job in list(self._jobs.values())))
@@ -335,7 +324,7 @@ class TurnRunner:
                     turn = await db.get(Turn, turn_id)
                     if turn is None or turn.status != TurnStatus.RUNNING:
                         return
-                    ending = await turns.end_from_log(db, turn, turns.LOG_FAILED)
+                    ending = await turn_endings.end_from_log(db, turn, turn_endings.LOG_FAILED)
                     await rollups.write_staged(db)
             except Exception:
                 log.warning("turn %s: its failure could not be stored (attempt %d)", turn_id, attempt)
@@ -383,81 +372,6 @@ class TurnRunner:
             instructions=instructions,
             ask_first=ask_first,
         )
-
-    # -- liveness and recovery -----------------------------------------------------------
-
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(HEARTBEAT_SECONDS)
-            try:
-                await self.beat()
-                await self.recover_orphans(stale_only=True)
-                await self._prune_if_due()
-            except Exception:
-                log.exception("turn maintenance failed")
-
-    async def beat(self) -> None:
-        """Marks this replica's running turns alive. A turn whose row another transaction holds
-        (its end being stored, a stop) is skipped until the next beat: waiting for it could
-        deadlock with a commit that ends several turns, which locks their rows in its own order.
-        `NO KEY UPDATE`, as the update itself takes: the key-share locks of the event log's
-        inserts (its foreign key) do not make a turn skip."""
-        live = [turn_id for turn_id, job in self._jobs.items() if not job.log_failed]
-        if not live:
-            return
-        unlocked = (
-            select(Turn.id)
-            .where(Turn.id.in_(live), Turn.status == TurnStatus.RUNNING)
-            .with_for_update(skip_locked=True, key_share=True)
-        )
-        async with self._sessions() as db, db.begin():
-            await db.execute(update(Turn).where(Turn.id.in_(unlocked)).values(heartbeat_at=utcnow()))
-
-    async def _stop_poll_loop(self) -> None:
-        while True:
-            await asyncio.sleep(STOP_POLL_SECONDS)
-            running = [turn_id for turn_id, job in self._jobs.items() if not job.cancel.is_set()]
-            if not running:
-                continue
-            try:
-                async with self._sessions() as db:
-                    stopped = await turns.stops_requested(db, running)
-            except (SQLAlchemyError, OSError):
-                log.warning("stored stop requests could not be read", exc_info=True)
-                continue
-            for turn_id in stopped:
-                await self._cancel_local(turn_id)
-
-    async def _prune_if_due(self) -> None:
-        now = asyncio.get_running_loop().time()
-        if self._event_retention is None or now < self._next_prune:
-            return
-        self._next_prune = now + PRUNE_EVERY_SECONDS
-        async with self._sessions() as db, db.begin():
-            pruned = await streams.prune_finished(db, utcnow() - self._event_retention)
-        if pruned:
-            log.info("pruned the event logs of %d finished turns", pruned)
-
-    async def recover_orphans(self, *, stale_only: bool) -> int:
-        """Turns left running by a crashed process become `interrupted`, and turns of this
-        process without a live job `failed`; partial output kept."""
-        now = utcnow()
-        recovered: list[StoredEvent] = []
-        async with self._sessions() as db, db.begin():
-            orphans = await turns.orphaned_turns(
-                db, self.runner_id, now - STALE_AFTER if stale_only else None, now - OWN_DEAD_AFTER
-            )
-            for turn in orphans:
-                if turn.runner_id != self.runner_id:
-                    recovered.append(await turns.end_from_log(db, turn, turns.INTERRUPTED))
-                    log.warning("turn %s was left running by a stopped process: marked interrupted", turn.id)
-                elif turn.id not in self._jobs:
-                    recovered.append(await turns.end_from_log(db, turn, turns.LOG_FAILED))
-                    log.warning("turn %s lost its job: marked failed", turn.id)
-            await rollups.write_staged(db)
-        if recovered:
-            await self._broker.publish(recovered)
-        return len(recovered)
 
 
 def _nothing_to_decide() -> Conflict:
