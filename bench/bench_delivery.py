@@ -4,7 +4,7 @@ Three processes: the backend (`chat-shell serve`, SQLite, chat_shell in package 
 scripted provider emitting clock tokens at 50 tokens per second per turn, and this process
 with the SSE clients. Added delivery latency = client receive time minus the provider's emit
 time of each token (both wall clocks of this machine); every stream must be complete and in
-order.
+order. A stream refused at its opening (503) opens again, as the page's does.
 
 - The load (issue 4): N turns of 500 tokens sent at once (a burst), every token counted.
 - The capacity sweep (issue 18): N concurrent replies in a steady state. Client i of N starts
@@ -12,7 +12,8 @@ order.
   end all the time while N stream; latency counts the tokens emitted while all N clients are
   in their replies. It names the largest N that meets both latency targets, with the tokens
   delivered per second and the CPU share (CPU seconds per second of the level: 1.0 is one
-  core) of the backend, the provider and the clients.
+  core) of the backend, the provider and the clients. The backend's CPU per delivered token
+  bounds what one process can carry, whatever the latency: it is printed as that bound.
 - A reconnect replays a turn of many events and is compared with streaming it live.
 
 The load and the sweep then run again with the backend on PostgreSQL, the production
@@ -107,22 +108,31 @@ class Tally:
 
 
 async def _follow(client: httpx.AsyncClient, cid: int, tally: Tally) -> tuple[int, bool]:
-    """Reads one conversation's stream to its terminal event; returns (events, complete and in order)."""
+    """Reads one conversation's stream to its terminal event; returns (events, complete and in
+    order). As the page does, a stream refused with 503 (`database_busy`, a process past its
+    pool) opens again after its Retry-After, from the last event it has."""
     seqs: list[int] = []
     terminal = None
-    async with aconnect_sse(client, "GET", f"/api/conversations/{cid}/stream") as source:
-        async for sse in source.aiter_sse():
-            if not sse.data:
+    turn: str | None = None
+    while True:
+        params = {"after": seqs[-1] if seqs else 0} | ({"turn_id": turn} if turn else {})
+        async with aconnect_sse(client, "GET", f"/api/conversations/{cid}/stream", params=params) as source:
+            if source.response.status_code == 503:
+                await asyncio.sleep(float(source.response.headers.get("retry-after", "1")))
                 continue
-            received = time.time_ns()
-            seqs.append(int(sse.id.split(":")[1]))
-            if sse.event == "message.delta":
-                for stamp in json.loads(sse.data)["text"].split():
-                    tally.token(int(stamp), received)
-            if sse.event.startswith("turn.") and sse.event != "turn.started":
-                terminal = sse.event
-                break
-    return len(seqs), terminal == "turn.completed" and seqs == list(range(1, len(seqs) + 1))
+            async for sse in source.aiter_sse():
+                if not sse.data:
+                    continue
+                received = time.time_ns()
+                turn, seq = sse.id.split(":")
+                seqs.append(int(seq))
+                if sse.event == "message.delta":
+                    for stamp in json.loads(sse.data)["text"].split():
+                        tally.token(int(stamp), received)
+                if sse.event.startswith("turn.") and sse.event != "turn.started":
+                    terminal = sse.event
+                    break
+        return len(seqs), terminal == "turn.completed" and seqs == list(range(1, len(seqs) + 1))
 
 
 async def _send(client: httpx.AsyncClient, cid: int) -> httpx.Response:
@@ -253,19 +263,25 @@ async def _capacity(
     backend: BackendProcess, provider: psutil.Process, tokens: int, levels: list[int]
 ) -> None:
     """The same load at rising concurrencies: the largest that meets both latency targets."""
-    headings = ("p50 ms", "p99 ms", "tokens/s", "backend CPU", "prov/clients", "targets")
+    headings = ("p50 ms", "p99 ms", "tokens/s", "backend CPU", "CPU ms/token", "prov/clients", "targets")
     row("capacity: concurrent replies", *headings)
     best = 0
+    cheapest = float("inf")
     for turns in levels:
         result = await _load(backend, provider, turns, tokens, steady=True)
         verdict = "met" if result.within_targets else "not met"
         rate = result.received / result.elapsed
         beside = f"{result.provider_cpu:.2f}/{result.clients_cpu:.2f}"
-        cells = (f"{result.p50:.2f}", f"{result.p99:.2f}", f"{rate:.0f}", f"{result.cpu_share:.2f}", beside)
-        row(f"  {turns}", *cells, verdict)
+        per_token = 1000 * result.cpu_share / rate
+        cheapest = min(cheapest, per_token)
+        cells = (f"{result.p50:.2f}", f"{result.p99:.2f}", f"{rate:.0f}", f"{result.cpu_share:.2f}")
+        row(f"  {turns}", *cells, f"{per_token:.3f}", beside, verdict)
         if result.within_targets:
             best = max(best, turns)
     print(f"largest concurrency tried that meets both latency targets: {best or 'none'}")
+    # The bound CPU sets whatever the latency: one core busy all the time at the cheapest level.
+    ceiling = 1000 / cheapest / PROVIDER_TOKENS_PER_SECOND
+    print(f"one core at {cheapest:.3f} CPU ms per token streams at most {ceiling:.0f} such replies")
 
 
 async def _bare_stream_cpu(provider_url: str, tokens: int) -> float:
