@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
 
@@ -48,35 +49,25 @@ class RunningJob(Protocol):
     log_failed: bool
 
 
+@dataclass(eq=False)
 class Liveness:
-    def __init__(
-        self,
-        sessions: async_sessionmaker[AsyncSession],
-        broker: LocalBroker,
-        runner_id: str,
-        jobs: Mapping[int, RunningJob],
-        cancel: Callable[[int], Awaitable[bool]],
-        *,
-        shared: bool,
-        event_retention: timedelta | None,
-    ) -> None:
-        self._sessions = sessions
-        self._broker = broker
-        self._runner_id = runner_id
-        # The runner's live jobs by turn id (the runner's own dict, read here).
-        self._jobs = jobs
-        self._cancel = cancel
-        # With several replicas (shared broker) only stale turns are orphans; alone, all are.
-        self._shared = shared
-        # Event rows of turns finished longer ago are pruned; their replay is synthesized.
-        self._event_retention = event_retention
-        self._next_prune = 0.0
-        self._tasks: list[asyncio.Task[None]] = []
+    sessions: async_sessionmaker[AsyncSession]
+    broker: LocalBroker
+    runner_id: str
+    # The runner's live jobs by turn id (the runner's own dict, read here).
+    jobs: Mapping[int, RunningJob]
+    cancel: Callable[[int], Awaitable[bool]]
+    # With several replicas (shared broker) only stale turns are orphans; alone, all are.
+    shared: bool
+    # Event rows of turns finished longer ago are pruned; their replay is synthesized.
+    event_retention: timedelta | None
+    _next_prune: float = field(default=0.0, init=False)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
 
     async def start(self) -> None:
-        await self.recover_orphans(stale_only=self._shared)
+        await self.recover_orphans(stale_only=self.shared)
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="turn-heartbeat"))
-        if self._shared:
+        if self.shared:
             self._tasks.append(asyncio.create_task(self._stop_poll_loop(), name="turn-stop-poll"))
 
     async def stop(self) -> None:
@@ -100,7 +91,7 @@ class Liveness:
         deadlock with a commit that ends several turns, which locks their rows in its own order.
         `NO KEY UPDATE`, as the update itself takes: the key-share locks of the event log's
         inserts (its foreign key) do not make a turn skip."""
-        live = [turn_id for turn_id, job in self._jobs.items() if not job.log_failed]
+        live = [turn_id for turn_id, job in self.jobs.items() if not job.log_failed]
         if not live:
             return
         unlocked = (
@@ -108,31 +99,31 @@ class Liveness:
             .where(Turn.id.in_(live), Turn.status == TurnStatus.RUNNING)
             .with_for_update(skip_locked=True, key_share=True)
         )
-        async with self._sessions() as db, db.begin():
+        async with self.sessions() as db, db.begin():
             await db.execute(update(Turn).where(Turn.id.in_(unlocked)).values(heartbeat_at=utcnow()))
 
     async def _stop_poll_loop(self) -> None:
         while True:
             await asyncio.sleep(STOP_POLL_SECONDS)
-            running = [turn_id for turn_id, job in self._jobs.items() if not job.cancel.is_set()]
+            running = [turn_id for turn_id, job in self.jobs.items() if not job.cancel.is_set()]
             if not running:
                 continue
             try:
-                async with self._sessions() as db:
+                async with self.sessions() as db:
                     stopped = await turns.stops_requested(db, running)
             except (SQLAlchemyError, OSError):
                 log.warning("stored stop requests could not be read", exc_info=True)
                 continue
             for turn_id in stopped:
-                await self._cancel(turn_id)
+                await self.cancel(turn_id)
 
     async def _prune_if_due(self) -> None:
         now = asyncio.get_running_loop().time()
-        if self._event_retention is None or now < self._next_prune:
+        if self.event_retention is None or now < self._next_prune:
             return
         self._next_prune = now + PRUNE_EVERY_SECONDS
-        async with self._sessions() as db, db.begin():
-            pruned = await streams.prune_finished(db, utcnow() - self._event_retention)
+        async with self.sessions() as db, db.begin():
+            pruned = await streams.prune_finished(db, utcnow() - self.event_retention)
         if pruned:
             log.info("pruned the event logs of %d finished turns", pruned)
 
@@ -141,18 +132,18 @@ class Liveness:
         process without a live job `failed`; partial output kept."""
         now = utcnow()
         recovered: list[StoredEvent] = []
-        async with self._sessions() as db, db.begin():
+        async with self.sessions() as db, db.begin():
             orphans = await turn_endings.orphaned_turns(
-                db, self._runner_id, now - STALE_AFTER if stale_only else None, now - OWN_DEAD_AFTER
+                db, self.runner_id, now - STALE_AFTER if stale_only else None, now - OWN_DEAD_AFTER
             )
             for turn in orphans:
-                if turn.runner_id != self._runner_id:
+                if turn.runner_id != self.runner_id:
                     recovered.append(await turn_endings.end_from_log(db, turn, turn_endings.INTERRUPTED))
                     log.warning("turn %s was left running by a stopped process: marked interrupted", turn.id)
-                elif turn.id not in self._jobs:
+                elif turn.id not in self.jobs:
                     recovered.append(await turn_endings.end_from_log(db, turn, turn_endings.LOG_FAILED))
                     log.warning("turn %s lost its job: marked failed", turn.id)
             await rollups.write_staged(db)
         if recovered:
-            await self._broker.publish(recovered)
+            await self.broker.publish(recovered)
         return len(recovered)
