@@ -163,12 +163,18 @@ async def follow(
     guard: StreamGuard | None = None,
 ) -> AsyncIterator[StoredEvent]:
     """`log_poll_seconds`: how long it waits for a live event before it re-reads the log.
-    `guard`: the stream ends, without an ending event, once it no longer holds (asked between
-    events and at each wait; its `ended` wakes a waiting stream at once)."""
+    `guard`: the stream ends, without an ending event, once it no longer holds (asked before
+    each event and at each wait; its `ended` wakes a waiting stream at once)."""
     last = after_seq
+
+    async def holds() -> bool:
+        # Asked before each event: once a stream is ended (an account disabled), not one more
+        # event goes out, even one that was already waiting (the turn's own end, as it stops).
+        return guard is None or await guard.holds()
+
     async with broker.subscribe(turn_id) as subscription, _woken_by(guard, subscription):
         while True:
-            if guard is not None and not await guard.holds():
+            if not await holds():
                 return
             async with sessions() as db:
                 batch = await read_events(db, turn_id, last, PAGE)
@@ -176,6 +182,8 @@ async def follow(
                 if not batch and turn is not None and turn.events_pruned_at is not None:
                     batch = await synthesize(db, turn, last)
             for event in batch:
+                if not await holds():
+                    return
                 yield event
                 last = event.seq
                 if event.event in TERMINAL_EVENT_TYPES:
@@ -191,11 +199,11 @@ async def follow(
                     break  # re-read the durable log
                 if event.seq <= last:
                     continue
+                if not await holds():
+                    return
                 yield event
                 last = event.seq
                 if event.event in TERMINAL_EVENT_TYPES:
-                    return
-                if guard is not None and not await guard.holds():
                     return
 
 
