@@ -166,45 +166,41 @@ async def follow(
     `guard`: the stream ends, without an ending event, once it no longer holds (asked before
     each event and at each wait; its `ended` wakes a waiting stream at once)."""
     last = after_seq
-
-    async def holds() -> bool:
-        # Asked before each event: once a stream is ended (an account disabled), not one more
-        # event goes out, even one that was already waiting (the turn's own end, as it stops).
-        return guard is None or await guard.holds()
-
+    live = False  # taking live events from the broker, or (at first, after a gap) the log
     async with broker.subscribe(turn_id) as subscription, _woken_by(guard, subscription):
         while True:
-            if not await holds():
-                return
-            async with sessions() as db:
-                batch = await read_events(db, turn_id, last, PAGE)
-                turn = await db.get(Turn, turn_id)
-                if not batch and turn is not None and turn.events_pruned_at is not None:
-                    batch = await synthesize(db, turn, last)
-            for event in batch:
-                if not await holds():
-                    return
-                yield event
-                last = event.seq
-                if event.event in TERMINAL_EVENT_TYPES:
-                    return
-            if len(batch) == PAGE:
-                continue
-            if turn is None or (turn.status != TurnStatus.RUNNING and last >= turn.last_seq):
-                return
-            while True:
+            if live:
                 wait = DEGRADED_WAIT_SECONDS if subscription.degraded else log_poll_seconds
                 event = await subscription.next(wait)
                 if event is None or event.seq > last + 1:
-                    break  # re-read the durable log
+                    live = False  # re-read the durable log
+                    continue
                 if event.seq <= last:
                     continue
-                if not await holds():
+                events = [event]
+            else:
+                if guard is not None and not await guard.holds():
+                    return
+                async with sessions() as db:
+                    events = await read_events(db, turn_id, last, PAGE)
+                    turn = await db.get(Turn, turn_id)
+                    if not events and turn is not None and turn.events_pruned_at is not None:
+                        events = await synthesize(db, turn, last)
+            for event in events:
+                # Asked before each event: once a stream is ended (an account disabled), not one
+                # more event goes out, even one already waiting (the turn's own end, as it stops).
+                if guard is not None and not await guard.holds():
                     return
                 yield event
                 last = event.seq
                 if event.event in TERMINAL_EVENT_TYPES:
                     return
+            if not live:
+                if len(events) == PAGE:
+                    continue
+                if turn is None or (turn.status != TurnStatus.RUNNING and last >= turn.last_seq):
+                    return
+                live = True
 
 
 @asynccontextmanager
