@@ -109,14 +109,12 @@ class Tally:
 
 async def _follow(client: httpx.AsyncClient, cid: int, tally: Tally) -> tuple[int, bool]:
     """Reads one conversation's stream to its terminal event; returns (events, complete and in
-    order). As the page does, a stream refused with 503 (`database_busy`, a process past its
-    pool) opens again after its Retry-After, from the last event it has."""
+    order). As the page does, a stream refused at its opening with 503 (`database_busy`, a
+    process past its pool) opens again after its Retry-After."""
     seqs: list[int] = []
     terminal = None
-    turn: str | None = None
     while True:
-        params = {"after": seqs[-1] if seqs else 0} | ({"turn_id": turn} if turn else {})
-        async with aconnect_sse(client, "GET", f"/api/conversations/{cid}/stream", params=params) as source:
+        async with aconnect_sse(client, "GET", f"/api/conversations/{cid}/stream") as source:
             if source.response.status_code == 503:
                 await asyncio.sleep(float(source.response.headers.get("retry-after", "1")))
                 continue
@@ -124,8 +122,7 @@ async def _follow(client: httpx.AsyncClient, cid: int, tally: Tally) -> tuple[in
                 if not sse.data:
                     continue
                 received = time.time_ns()
-                turn, seq = sse.id.split(":")
-                seqs.append(int(seq))
+                seqs.append(int(sse.id.split(":")[1]))
                 if sse.event == "message.delta":
                     for stamp in json.loads(sse.data)["text"].split():
                         tally.token(int(stamp), received)
