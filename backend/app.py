@@ -49,29 +49,36 @@ from backend.runtime_factory import (
     runtime_config,
 )
 from backend.secret_policy import require_backend_secrets
-from backend.services.compaction.ahead import AheadCompactions
 from backend.services.dashboard import rollups
 from backend.services.delivery.broker import create_broker
-from backend.services.delivery.capabilities import CapabilityIssuer
 from backend.services.delivery.event_log import EventWriter
+from backend.services.delivery.job_queue import TurnQueue, create_queue
+from backend.services.delivery.liveness import Liveness
 from backend.services.delivery.streams import OpenStreams
 from backend.services.delivery.turn_runner import TurnDefaults, TurnLimits, TurnRunner
 from backend.services.records.attachment_reader import DatabaseAttachmentReader
 from backend.services.records.auth import Passwords
 from backend.services.records.extraction.sandbox import ExtractionSandbox
 from backend.services.records.originals import DatabaseHistoryBrowser
-from backend.services.records.titles import GeneratedTitles
 from backend.services.throttle import AttemptThrottle
 from backend.settings import Settings, get_settings
 from backend.telemetry import setup_telemetry
+from backend.turn_hosting import build_host, compactions_for, queue_worker
 from chat_shell.runtime import ChatShell
 
 
-def _remote_access(settings: Settings, key: bytes) -> CapabilityIssuer | None:
-    """Service mode: each turn carries this backend's URL and a capability for its turn."""
-    if settings.runtime_mode != "service":
-        return None
-    return CapabilityIssuer(key, settings.backend_url, settings.turn_max_seconds)
+async def _runs_no_turns(turn_id: int) -> bool:
+    return False
+
+
+async def _decides_no_turns(turn_id: int, call_id: str, allow: bool) -> bool | None:
+    return None
+
+
+async def _stopped(task: asyncio.Task[None]) -> None:
+    """The worker inside `serve` drains like a worker process: cancelling it stops it gracefully."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def create_app(settings: Settings | None = None, *, local_model: LocalModelServer | None = None) -> FastAPI:
@@ -111,46 +118,65 @@ def create_app(settings: Settings | None = None, *, local_model: LocalModelServe
                     history_browser=DatabaseHistoryBrowser(sessions),
                 )
             )
-            # Compaction ahead of time needs chat_shell in this process (package mode).
-            ahead = (
-                AheadCompactions(sessions, runtime, settings.system_prompt)
-                if settings.compaction_ahead and isinstance(runtime, ChatShell)
-                else None
-            )
             previewer = runtime if isinstance(runtime, ChatShell) else None
+            compactions = compactions_for(settings, sessions, runtime)
             if served is not None:
                 runtime = LocalModelRuntime(runtime, served)
-            titles = GeneratedTitles(sessions, runtime) if settings.generated_titles else None
             app.state.local_model = served
             broker = create_broker(settings.redis_url)
             writer = EventWriter(sessions, broker.publish, rollups.write_staged)
             writer.start()
             stack.push_async_callback(broker.stop)
             stack.push_async_callback(writer.stop)
-            defaults = TurnDefaults(
-                catalog=catalog,
-                system_prompt=settings.system_prompt,
-                admit=lambda model: require_accepting(served, model),
-            )
-            days = settings.event_log_retention_days
+            open_streams = OpenStreams(settings.max_open_streams, settings.stream_capacity)
+
+            def admit(model: str) -> None:
+                require_accepting(served, model)
+                open_streams.require_room()
+
+            defaults = TurnDefaults(catalog=catalog, system_prompt=settings.system_prompt, admit=admit)
+            limits = TurnLimits(settings.max_running_turns, settings.turn_capacity)
+            queue = None
+            if settings.turns_on_queue:
+                queue = create_queue(settings.resolved_database_url)
+                await stack.enter_async_context(queue.open_async())
+            # The embedded server runs its turns itself; on the queue only with a worker inside.
+            host = None
+            if queue is None or settings.worker_in_process:
+                host = build_host(
+                    settings, sessions, runtime, writer, broker, key, compactions=compactions, queue=queue
+                )
+                stack.push_async_callback(host.stop)
+                await broker.start(host.cancel_local, host.decide_local)
+            else:
+                await broker.start(_runs_no_turns, _decides_no_turns)
             runner = TurnRunner(
                 sessions,
                 runtime,
-                writer,
                 broker,
                 defaults,
-                shared=settings.redis_url is not None,
-                event_retention=timedelta(days=days) if days else None,
-                remote_access=_remote_access(settings, key),
-                limits=TurnLimits(settings.max_running_turns, settings.turn_max_seconds),
-                ahead=ahead,
+                host=host if queue is None else None,
+                queue=(
+                    TurnQueue(queue, sessions, broker, settings.worker_restart_after_seconds)
+                    if queue is not None
+                    else None
+                ),
+                limits=limits,
                 previewer=previewer,
-                titles=titles,
+                stream_poll_seconds=settings.stream_log_poll_seconds,
             )
-            await runner.start()
-            stack.push_async_callback(runner.stop)
+            if queue is None:
+                assert host is not None
+                days = settings.event_log_retention_days
+                upkeep = Liveness(sessions, broker, host.running, timedelta(days=days) if days else None)
+                await upkeep.start()
+                stack.push_async_callback(upkeep.stop)
+            elif host is not None:
+                worker = queue_worker(settings, queue, sessions, broker, host, compactions)
+                working = asyncio.create_task(worker.run(signals=False), name="queue-worker")
+                stack.push_async_callback(_stopped, working)
             if collector.full_collections_deferred():  # `serve` left them to this app
-                collections = asyncio.create_task(collector.run_full_collections(lambda: runner.active() > 0))
+                collections = asyncio.create_task(collector.run_full_collections(lambda: runner.active > 0))
                 stack.callback(collections.cancel)
             passwords = Passwords(settings.password_hash_profile)
             stack.callback(passwords.close)
@@ -165,11 +191,12 @@ def create_app(settings: Settings | None = None, *, local_model: LocalModelServe
                 sessions,
                 broker,
                 runner,
+                host,
                 passwords,
                 extraction,
                 key,
                 throttle,
-                OpenStreams(settings.max_open_streams),
+                open_streams,
                 ModelList(default=catalog.default, models=model_infos(config, catalog)),
                 config,
             )

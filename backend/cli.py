@@ -1,4 +1,5 @@
-"""The `chat-shell` console script: serve, migrate, service, create-user, invite, env, local-model."""
+"""The `chat-shell` console script: serve, worker, migrate, service, create-user, invite, env,
+local-model."""
 
 from __future__ import annotations
 
@@ -152,6 +153,39 @@ async def _serve_app(args: argparse.Namespace, settings: Settings) -> None:
         ).serve()
 
 
+def _worker(args: argparse.Namespace, settings: Settings) -> None:
+    """Runs turns from the queue: PostgreSQL holds the queue, Redis carries live events to
+    the web processes, and a model provider answers (the embedded model runs beside `serve`)."""
+    from uvicorn.loops.auto import auto_loop_factory
+
+    from backend.local_model.integration import local_model_wanted
+    from backend.turn_hosting import run_worker
+
+    secret_policy.require_backend_secrets(settings)
+    if not settings.turns_on_queue:
+        raise SystemExit(
+            "error: worker needs PostgreSQL, which holds the job queue: set "
+            "CHAT_SHELL_DATABASE_URL=postgresql+asyncpg://... (on SQLite `serve` runs every turn itself)."
+        )
+    if not settings.redis_url:
+        raise SystemExit(
+            "error: worker needs Redis, which carries each reply to the web processes as it is "
+            "written: set CHAT_SHELL_REDIS_URL=redis://host:6379/0 (or run the worker inside "
+            "`serve` with CHAT_SHELL_WORKER_IN_PROCESS=true)."
+        )
+    if args.concurrency is not None and args.concurrency < 1:
+        raise SystemExit("error: --concurrency must be at least 1")
+    if local_model_wanted(settings):
+        raise SystemExit(
+            "error: worker needs a configured model provider (OPENAI_BASE_URL or CHAT_SHELL_MODELS); "
+            "the embedded local model runs inside `serve` only (CHAT_SHELL_WORKER_IN_PROCESS=true)."
+        )
+    if args.migrate:
+        _migrate(settings)
+    with asyncio.Runner(loop_factory=auto_loop_factory()) as runner:
+        runner.run(run_worker(settings, args.concurrency))
+
+
 def _service(args: argparse.Namespace, settings: Settings) -> None:
     secret_policy.require_service_token(settings)
     secret_policy.require_metrics_token(settings)
@@ -303,6 +337,12 @@ def main(argv: list[str] | None = None) -> None:
         help="worker processes on one machine (more than 1 needs PostgreSQL and Redis)",
     )
 
+    worker = sub.add_parser("worker", help="run turns from the job queue (PostgreSQL and Redis)")
+    worker.add_argument(
+        "--concurrency", type=int, default=None, help="turns at once (default CHAT_SHELL_WORKER_CONCURRENCY)"
+    )
+    worker.add_argument("--migrate", action="store_true", help="migrate the database first")
+
     sub.add_parser("migrate", help="create or upgrade the database schema")
 
     service = sub.add_parser("service", help="run chat_shell alone (service mode)")
@@ -346,12 +386,12 @@ def main(argv: list[str] | None = None) -> None:
         secret_policy.main(["--path", args.path, *(["--force"] if args.force else [])])
         return
     settings = get_settings()
-    if args.command in ("serve", "service", "local-model"):
+    if args.command in ("serve", "worker", "service", "local-model"):
         from backend.local_model.installer import InstallError
         from backend.local_model.model_file import ModelFileError
         from backend.local_model.supervisor import LocalModelError
 
-        commands = {"serve": _serve, "service": _service, "local-model": _local_model}
+        commands = {"serve": _serve, "worker": _worker, "service": _service, "local-model": _local_model}
         try:
             commands[args.command](args, settings)
         except (RuntimeConfigurationError, WeakSecret, InstallError, ModelFileError, LocalModelError) as exc:

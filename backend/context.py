@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from backend.model_catalog import ModelList
 from backend.services.delivery.broker import LocalBroker
 from backend.services.delivery.streams import OpenStreams
+from backend.services.delivery.turn_host import TurnHost
 from backend.services.delivery.turn_runner import TurnRunner
 from backend.services.records.auth import Passwords
 from backend.services.records.extraction.sandbox import ExtractionSandbox
@@ -24,6 +25,9 @@ class AppContext:
     sessions: async_sessionmaker[AsyncSession]
     broker: LocalBroker
     runner: TurnRunner
+    # Runs turns in this process: the embedded server's own, or the worker inside `serve`
+    # (None: this web process only relays; `chat-shell worker` processes run the turns).
+    host: TurnHost | None
     passwords: Passwords
     extraction: ExtractionSandbox
     # Signs and checks turn capabilities (`backend.services.delivery.capabilities`).

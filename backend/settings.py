@@ -139,7 +139,21 @@ class Settings(BaseSettings):
     extraction_max_html_mb: int = Field(default=10, gt=0)
     extraction_max_pdf_pages: int = Field(default=2000, gt=0)
 
-    # Turns and their delivery
+    # Turns and their delivery. On SQLite the serving process runs every turn. On PostgreSQL
+    # turns are jobs of a queue (procrastinate) that `chat-shell worker` processes run;
+    # `worker_in_process` makes `serve` run one too (a small install, one process).
+    worker_in_process: bool = False
+    # Turns one worker process runs at once (its capacity, measured by `bench.bench_delivery`).
+    worker_concurrency: int = Field(default=60, gt=0)
+    # A worker silent this long is taken for dead: its turns run again on another worker.
+    worker_restart_after_seconds: float = Field(default=10.0, gt=0)
+    # At SIGTERM a worker ends its running turns within this long, then hands the rest back.
+    worker_drain_seconds: float = Field(default=120.0, ge=0)
+    # Admission: turns running at once in the whole service (None: workers x concurrency is the
+    # operator's to set); past it a send gets 503 with Retry-After and the page retries.
+    turn_capacity: int | None = Field(default=None, gt=0)
+    # Admission per web process: streams open at once; past it a send gets 503 as well.
+    stream_capacity: int = Field(default=400, gt=0)
     tool_call_limit: int = Field(default=30, gt=0)
     system_prompt: str | None = None
     event_log_retention_days: int = Field(default=7, ge=0)
@@ -193,6 +207,13 @@ class Settings(BaseSettings):
 
         parse(value)  # ValueError naming the notation
         return value
+
+    @property
+    def turns_on_queue(self) -> bool:
+        """Whether turns run as jobs of the queue (PostgreSQL) rather than in the serving process."""
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.resolved_database_url).get_backend_name() == "postgresql"
 
     @property
     def resolved_database_url(self) -> str:

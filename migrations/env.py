@@ -17,9 +17,17 @@ SEARCH_INDEX_TABLE = "message_search"
 SEARCH_INDEX = "ix_messages_search_trgm"
 
 
+# The job queue's own schema (migration 0021): procrastinate's tables, not our models.
+QUEUE_TABLES = "procrastinate_"
+
+
 def _include_name(name: str | None, type_: str, parent_names: object) -> bool:
     if type_ == "table" and name is not None:
-        return name != SEARCH_INDEX_TABLE and not name.startswith(f"{SEARCH_INDEX_TABLE}_")
+        return (
+            name != SEARCH_INDEX_TABLE
+            and not name.startswith(f"{SEARCH_INDEX_TABLE}_")
+            and not name.startswith(QUEUE_TABLES)
+        )
     return not (type_ == "index" and name == SEARCH_INDEX)
 
 

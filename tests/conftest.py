@@ -114,6 +114,10 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
             "openai_base_url": "http://127.0.0.1:9/v1",
             "telemetry_enabled": False,
             "password_hash_profile": "CHEAPEST",
+            # On PostgreSQL turns are jobs of the queue: the app under test runs a worker too,
+            # which hands a turn still running at the test's end back at once.
+            "worker_in_process": True,
+            "worker_drain_seconds": 0.5,
             **ROOMY_LIMITS,
         }
         values.update(overrides)

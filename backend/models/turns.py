@@ -61,11 +61,7 @@ class Turn(Base):
     error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     # The seq of the terminal event, set when the turn ends (0 while it runs).
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
-    # Which process runs the turn, and when it last said so: a turn whose runner stopped
-    # heartbeating was left behind by a crash and becomes `interrupted`.
-    runner_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
-    # A stop, stored before it is acknowledged; the runner sees it through the broker or polls it.
+    # A stop, stored before it is acknowledged (the queue carries it to the worker).
     stop_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # Set once the event rows were pruned; replay is then synthesized from the stored message.
     events_pruned_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Container entrypoint: one image, several roles.
 #   migrate   upgrade the schema (retries while the database starts)
-#   backend   the API, UI and chat_shell in package or service mode (by CHAT_SHELL_RUNTIME_MODE)
+#   backend   the API and UI: accepts turns and relays their events
+#   worker    runs the turns from the job queue (chat_shell in package or service mode, by
+#             CHAT_SHELL_RUNTIME_MODE)
 #   service   chat_shell alone (service mode)
 #   model     the local model server (OpenAI-compatible)
 #   anything else is executed as given
@@ -24,6 +26,9 @@ case "$role" in
     ;;
   backend)
     exec chat-shell serve --host "$host" --port "${PORT:-8000}" "$@"
+    ;;
+  worker)
+    exec chat-shell worker "$@"
     ;;
   service)
     exec chat-shell service --host "$host" --port "${PORT:-8100}" "$@"

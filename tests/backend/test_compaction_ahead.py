@@ -15,11 +15,13 @@ import pytest
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
+from sqlalchemy import text as sql
 
 from backend.app import create_app
 from backend.models import CompactionEvent, Message
 from backend.secret_policy import new_secret
 from backend.services.compaction.ahead import AheadCompactions
+from backend.services.delivery import job_queue
 from backend.settings import Settings
 from chat_shell.guard.stages.summary_compaction.prompts import SUMMARY_OPENING
 from tests.support.api import new_operator, new_user, signed_in
@@ -56,14 +58,31 @@ class Backend:
     summaries: Summaries
 
     @property
-    def ahead(self) -> AheadCompactions:
-        ahead = self.app.state.ctx.runner.ahead
-        assert ahead is not None
-        return ahead
+    def on_queue(self) -> bool:
+        return self.app.state.ctx.settings.turns_on_queue
+
+    async def ahead_running(self, cid: int) -> bool:
+        """Whether a job compacts the conversation ahead of time: a task of this process
+        (SQLite), or a job of the queue waiting or running (PostgreSQL)."""
+        ahead = self.app.state.ctx.host.ahead
+        if isinstance(ahead, AheadCompactions):
+            return ahead.running(cid)
+        async with self.app.state.ctx.sessions() as db:
+            jobs = await db.scalar(
+                sql(
+                    "SELECT count(*) FROM procrastinate_jobs WHERE task_name = :task AND lock = :lock"
+                    " AND status IN ('todo', 'doing')"
+                ),
+                {"task": job_queue.COMPACT_AHEAD, "lock": job_queue.conversation_lock(cid)},
+            )
+        return bool(jobs)
 
     async def settled(self, cid: int) -> None:
         """Waits until no job compacts the conversation ahead of time."""
-        await until(lambda: not self.ahead.running(cid))
+        deadline = asyncio.get_running_loop().time() + 20
+        while await self.ahead_running(cid):
+            assert asyncio.get_running_loop().time() < deadline, "timed out"
+            await asyncio.sleep(0.02)
 
     async def rows(self, cid: int) -> list[tuple[str, str, int | None]]:
         async with self.app.state.ctx.sessions() as db:
@@ -103,13 +122,6 @@ observed_backend = _backend_fixture(telemetry_enabled=True, metrics_token=SCRAPE
 late_backend = _backend_fixture(compaction_pre_trigger_tokens=2_500)
 
 
-async def until(condition: Callable[[], bool], within: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
 async def send(client: httpx.AsyncClient, cid: int, content: str, *, wait: bool = True) -> dict[str, Any]:
     response = await client.post(
         f"/api/conversations/{cid}/messages",
@@ -139,7 +151,10 @@ async def until_ahead(backend: Backend, title: str, reply: Reply | None = None) 
     for turn in range(12):
         body = await send(backend.client, cid, f"Turn {turn}: " + WORDS * 40)
         assert not body["assistant_message"]["result"].get("context_compactions"), "compacted inline"
-        await until(lambda: summaries.called.is_set() or not backend.ahead.running(cid))
+        deadline = asyncio.get_running_loop().time() + 20
+        while not summaries.called.is_set() and await backend.ahead_running(cid):
+            assert asyncio.get_running_loop().time() < deadline, "timed out"
+            await asyncio.sleep(0.02)
         if summaries.called.is_set():
             return cid, int(body["assistant_message"]["message_id"])
     raise AssertionError("the conversation never crossed the pre-trigger")
@@ -200,15 +215,18 @@ async def test_a_send_during_the_background_compaction_waits_for_it_and_uses_it(
 ) -> None:
     client = backend.client
     cid, crossing = await until_ahead(backend, "waits", text(SUMMARY, first_token_delay=1.5))
-    assert backend.ahead.running(cid)
+    assert await backend.ahead_running(cid)
     await send(client, cid, "Still there?", wait=False)
     stream = await read_stream(client, cid)
     names = [(event.event, event.data.get("status")) for event in stream.events]
     assert stream.terminal is not None and stream.terminal.event == "turn.completed"
-    # The meter's "compacting" statuses and heartbeats, then the outcome, then the turn itself.
-    assert names[0] in {("context.compaction", "started"), ("context.compaction", "in_progress")}
-    assert ("context.compaction", "in_progress") in names
-    assert names.index(("context.compaction", "completed")) < names.index(("turn.started", None))
+    if not backend.on_queue:
+        # The meter's "compacting" statuses and heartbeats, then the outcome, then the turn.
+        assert names[0] in {("context.compaction", "started"), ("context.compaction", "in_progress")}
+        assert ("context.compaction", "in_progress") in names
+        assert names.index(("context.compaction", "completed")) < names.index(("turn.started", None))
+    # On the queue the turn waited for the job behind the conversation's lock: it made none.
+    assert ("context.compaction", "completed") not in names[names.index(("turn.started", None)) :]
     # One compaction only (the job's; the turn made none), and the turn sent its checkpoint.
     assert not stream.terminal.data["message"]["result"].get("context_compactions")
     sent = scripted_provider.chat_requests[-1]["messages"]
@@ -292,6 +310,6 @@ async def test_stopping_a_turn_that_waits_ends_it_and_leaves_the_job_running(bac
     assert (await client.post(f"/api/conversations/{cid}/stop")).status_code == 202
     stream = await read_stream(client, cid)
     assert stream.terminal is not None and stream.terminal.event == "turn.cancelled"
-    assert backend.ahead.running(cid)  # the stop did not wait for the summary
+    assert await backend.ahead_running(cid)  # the stop did not wait for the summary
     await backend.settled(cid)
     assert (await history(client, cid))["checkpoint_message_id"] == crossing

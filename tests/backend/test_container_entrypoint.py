@@ -73,3 +73,12 @@ def test_other_commands_run_as_given(tmp_path: Path) -> None:
         [str(ENTRYPOINT), "echo", "hello"], env=_env(tmp_path), capture_output=True, text=True
     )
     assert result.stdout.strip() == "hello"
+
+
+def test_the_worker_role_runs_the_worker_and_says_what_it_needs(tmp_path: Path) -> None:
+    # On SQLite there is no queue: the worker refuses, with the fix, instead of waiting forever.
+    result = subprocess.run(
+        [str(ENTRYPOINT), "worker"], env=_env(tmp_path), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode != 0
+    assert "worker needs PostgreSQL" in result.stderr

@@ -298,7 +298,7 @@ async def test_turns_count_in_the_rollups_when_they_start_and_finish(
                 cid = await store_metrics(db, "alice", [])
                 conversation = await db.get(Conversation, cid)
                 assert conversation is not None
-                started.append(await turns.start_turn(db, owner, conversation, "hi", [], "runner", "gpt-4o"))
+                started.append(await turns.start_turn(db, owner, conversation, "hi", [], "gpt-4o"))
         now = utcnow()
         day, week = [(await aggregates.summary(sessions, w, now)).model_dump() for w in ("24h", "7d")]
         assert day["totals"]["turns"] == week["totals"]["turns"] == 2

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.app import create_app
 from backend.models import Turn, TurnStatus
-from backend.services.delivery import frame_store, turn_runner
+from backend.services.delivery import frame_store, turn_host
 from backend.settings import Settings
 from tests.conftest import _off_loop
 from tests.support import databases
@@ -172,7 +172,7 @@ async def test_writes_refused_past_the_retries_are_ended_by_the_next_start(
     scripted_provider: ScriptedProvider,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(turn_runner, "END_ATTEMPTS", 2)
+    monkeypatch.setattr(turn_host, "END_ATTEMPTS", 2)
     settings = chat_settings(sqlite_url)
     async with databases.engine_for(sqlite_url) as engine:
         async with _backend(settings, "outlasted") as client:

@@ -47,7 +47,7 @@ class Chat:
 
     @property
     def titles(self) -> GeneratedTitles | None:
-        return self.app.state.ctx.runner.titles
+        return self.app.state.ctx.host.titles
 
     async def create(self, title: str, **body: Any) -> int:
         response = await self.client.post("/api/conversations", json={"title": title, **body})
@@ -63,7 +63,7 @@ class Chat:
     async def shown(self, cid: int) -> dict[str, Any]:
         """The conversation once its turns have ended and every title being written is stored."""
         await _until(
-            lambda: not self.app.state.ctx.runner.active
+            lambda: not self.app.state.ctx.host.active
         )  # a title is scheduled as its turn's job ends
         if self.titles is not None:
             await self.titles.settled()

@@ -163,7 +163,7 @@ async def test_a_turn_that_ends_without_a_chain_keeps_the_checkpoint_it_stored(w
         owner = await db.scalar(select(User).where(User.username == "owner"))
         conversation = await db.get(Conversation, cid)
         assert owner is not None and conversation is not None
-        started = await turns.start_turn(db, owner, conversation, "go on", [], "another-runner", None)
+        started = await turns.start_turn(db, owner, conversation, "go on", [], None)
         await turn_endings.store_checkpoint(
             db, started.assistant_message.id, [summary("S-mid"), retained("user", "go on")]
         )

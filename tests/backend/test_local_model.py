@@ -60,7 +60,7 @@ async def test_a_fresh_install_chats_with_the_default_model(
         ready = (await client.get("/readyz")).json()
         # The runtime's other calls answer through the local-model wrapper too.
         panel = await client.get(f"/api/conversations/{cid}/mcp-servers")
-        titles = app.state.ctx.runner.titles
+        titles = app.state.ctx.host.titles
         await asyncio.wait_for(titles.settled(), 120)
         named = (await client.get(f"/api/conversations/{cid}")).json()
         await client.aclose()

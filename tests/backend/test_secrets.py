@@ -4,6 +4,7 @@ point (`chat-shell`), what `make env` writes, and docker compose without one."""
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from backend.secret_policy import COMPOSE_SECRETS, new_secret, weakness
+from backend.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PLACEHOLDERS = ["change-me", "changeme", "admin", "secret", "CHANGE_ME", "password", "my-secret-key"]
@@ -215,3 +217,19 @@ def test_compose_starts_with_what_make_env_writes(compose_project: Path) -> None
     # The backend believes X-Forwarded-For from the nginx container's fixed address only.
     proxy_address = services["proxy"]["networks"]["default"]["ipv4_address"]
     assert backend["CHAT_SHELL_TRUSTED_PROXIES"] == proxy_address
+    # Two workers run the turns, with the key that mints their capabilities and a grace period
+    # longer than their drain, so a rolling restart hands nothing back that could have ended.
+    worker = services["worker"]
+    assert worker["command"] == ["worker"] and worker["deploy"]["replicas"] == 2
+    assert worker["environment"]["CHAT_SHELL_CAPABILITY_KEY"] == written["CHAT_SHELL_CAPABILITY_KEY"]
+    assert worker["environment"]["CHAT_SHELL_DATABASE_URL"] == backend["CHAT_SHELL_DATABASE_URL"]
+    grace = worker["stop_grace_period"]
+    assert _seconds(grace) > Settings(_env_file=None).worker_drain_seconds  # type: ignore[call-arg]
+
+
+def _seconds(duration: str | int | float) -> float:
+    """A compose duration ("130s", "2m10s", or seconds) in seconds."""
+    if isinstance(duration, int | float):
+        return float(duration)
+    units = {"h": 3600, "m": 60, "s": 1}
+    return float(sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([hms])", duration)))

@@ -195,8 +195,6 @@ async def _running_turn(database_url: str, conversation_id: int, question: str) 
                 user_message_pk=asked.id,
                 assistant_message_pk=reply.id,
                 status=TurnStatus.RUNNING,
-                runner_id="seeded-by-test",
-                heartbeat_at=utcnow(),
             )
             db.add(turn)
             await db.flush()

@@ -44,16 +44,14 @@ async def running_turn(sessions: async_sessionmaker[AsyncSession], conversation_
         }
         if newest[Role.USER] is None or newest[Role.ASSISTANT] is None:
             owner = await db.get_one(User, conversation.owner_id)
-            started = await turns.start_turn(db, owner, conversation, "hello", (), "test-runner", None)
+            started = await turns.start_turn(db, owner, conversation, "hello", (), None)
             return started.turn_id
         turn = Turn(
             conversation_id=conversation_id,
             user_message_pk=newest[Role.USER],
             assistant_message_pk=newest[Role.ASSISTANT],
             status=TurnStatus.RUNNING,
-            runner_id="test-runner",
             started_at=utcnow(),
-            heartbeat_at=utcnow(),
         )
         db.add(turn)
         await db.flush()

@@ -87,6 +87,15 @@ class BackendProcess:
         assert self._process is not None
         return self._process.pid
 
+    def terminate(self) -> None:
+        """SIGTERM, as an orchestrator's stop or a rolling restart sends it (no wait)."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int:
+        assert self._process is not None
+        return self._process.wait(timeout=timeout)
+
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, as in a crash."""
         assert self._process is not None
@@ -103,6 +112,32 @@ class BackendProcess:
                 self._process.wait(timeout=30)
 
 
+class WorkerProcess(BackendProcess):
+    """`chat-shell worker` in its own process: ready once it says it took the queue."""
+
+    READY = b"worker started"
+
+    def _start(self, timeout: float) -> bool:
+        log = self._log_path.open("ab")
+        written = log.tell()
+        self._process = subprocess.Popen(
+            [*self._launcher, sys.executable, "-m", "backend.cli", "worker", *self._args],
+            cwd=ROOT,
+            env=self._env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while self.READY not in self._log_path.read_bytes()[written:]:
+            if self._process.poll() is not None:
+                output = self._log_path.read_bytes()[written:].decode(errors="replace")
+                raise RuntimeError(f"worker exited during startup: {output[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("worker did not start")
+            time.sleep(0.1)
+        return True
+
+
 def backend_env(database_url: str, data_dir: Path, provider_url: str, **extra: str) -> dict[str, str]:
     return {
         "CHAT_SHELL_DATABASE_URL": database_url,
@@ -113,6 +148,8 @@ def backend_env(database_url: str, data_dir: Path, provider_url: str, **extra: s
         "CHAT_SHELL_PASSWORD_HASH_PROFILE": "CHEAPEST",
         "OPENAI_BASE_URL": provider_url,
         "OPENAI_API_KEY": "test",
+        # On PostgreSQL `serve` runs a worker of the queue too, unless the test says otherwise.
+        "CHAT_SHELL_WORKER_IN_PROCESS": "true",
         **{f"CHAT_SHELL_{name.upper()}": str(value) for name, value in ROOMY_LIMITS.items()},
         **extra,
     }

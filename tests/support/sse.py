@@ -34,6 +34,13 @@ class StreamRead:
         return "".join(e.data["text"] for e in self.events if e.event == "message.delta")
 
     @property
+    def shown(self) -> str:
+        """The reply as the page shows it: a restart replaced the text before it."""
+        restarts = [n for n, e in enumerate(self.events) if e.event == "turn.restarted"]
+        after = self.events[restarts[-1] + 1 :] if restarts else self.events
+        return "".join(e.data["text"] for e in after if e.event == "message.delta")
+
+    @property
     def terminal(self) -> Received | None:
         return self.events[-1] if self.events and self.events[-1].event in TERMINAL_EVENT_TYPES else None
 

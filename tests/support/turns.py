@@ -61,4 +61,4 @@ async def stored_turn(sessions: async_sessionmaker[AsyncSession], content: str =
     async with transaction(sessions) as db:
         user = await auth.create_user(db, auth.Passwords("CHEAPEST"), uuid.uuid4().hex[:12], PASSWORD)
         conversation = await conversations.create(db, user, "delivery", None, ModelCatalog("m", {}))
-        return await turns.start_turn(db, user, conversation, content, [], "runner", "m")
+        return await turns.start_turn(db, user, conversation, content, [], "m")

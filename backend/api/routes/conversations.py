@@ -28,7 +28,7 @@ async def create_conversation(
     body: ConversationCreate, user: CurrentUser, db: Db, ctx: Ctx
 ) -> ConversationOut:
     # The title stays a stand-in only where a generated one will follow.
-    generated = body.generate_title and ctx.runner.titles is not None
+    generated = body.generate_title and ctx.settings.generated_titles
     created = await conversations.create(
         db,
         user,

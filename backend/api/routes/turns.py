@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Header, Query, Response, status
 from sse_starlette import EventSourceResponse, JSONServerSentEvent
 from starlette.background import BackgroundTask
@@ -145,19 +146,33 @@ async def stream(
     async def signed_in() -> bool:
         return await auth.still_signed_in(ctx.sessions, session_id, token_id)
 
+    # Set when this process begins to shut down (SIGTERM): the stream ends its slot and says
+    # where to go, so the client reconnects to another replica at once.
+    stopping = anyio.Event()
+
     async def events() -> AsyncIterator[JSONServerSentEvent]:
         instruments.active_streams.add(1)
         try:
             guard = streams.StreamGuard(slot, signed_in, ctx.settings.stream_auth_check_seconds)
-            async for event in streams.follow(
-                ctx.sessions, ctx.broker, turn.id, after_seq, ctx.settings.stream_log_poll_seconds, guard
-            ):
-                yield JSONServerSentEvent(data=event.data, event=event.event, id=event.sse_id)
+            async with streams.ended_by(stopping, slot):
+                async for event in streams.follow(
+                    ctx.sessions, ctx.broker, turn.id, after_seq, ctx.settings.stream_log_poll_seconds, guard
+                ):
+                    yield JSONServerSentEvent(data=event.data, event=event.event, id=event.sse_id)
+            if stopping.is_set():
+                yield JSONServerSentEvent(
+                    data={"reason": "server_stopping"}, event=streams.RECONNECT, retry=streams.RECONNECT_MS
+                )
         finally:
             instruments.active_streams.add(-1)
             slot.release()
 
     # The slot also comes back when the stream never started (the client left first).
     return EventSourceResponse(
-        events(), ping=ctx.settings.sse_ping_seconds, send_timeout=30, background=BackgroundTask(slot.release)
+        events(),
+        ping=ctx.settings.sse_ping_seconds,
+        send_timeout=30,
+        background=BackgroundTask(slot.release),
+        shutdown_event=stopping,
+        shutdown_grace_period=streams.SHUTDOWN_GRACE_SECONDS,
     )

@@ -109,16 +109,24 @@ class AheadCompactions:
 
     async def _run(self, job: _Job, started: turns.StartedTurn, model: str) -> None:
         try:
+            await self.compact(started, model, lambda event: self._status(job, event))
+        finally:
+            self._jobs.pop(started.conversation_id, None)
+
+    async def compact(
+        self, started: turns.StartedTurn, model: str, on_status: CompactionStatusSink | None = None
+    ) -> None:
+        """The job itself: this process's task, or a job of the queue (whose lock keeps it
+        apart from the conversation's turns)."""
+        try:
             request = await self._request(started, model)
             if request is None:
                 return
-            outcome = await self._runtime.compact_ahead(request, lambda event: self._status(job, event))
+            outcome = await self._runtime.compact_ahead(request, on_status or (lambda event: None))
             if outcome is not None:
                 await self._store(started, model, outcome)
         except Exception:
             log.exception("conversation %s: the compaction ahead of time failed", started.conversation_id)
-        finally:
-            self._jobs.pop(started.conversation_id, None)
 
     def _status(self, job: _Job, event: ContextCompactionEvent) -> None:
         shown = event.model_copy(update={"checkpoint_chain": None})

@@ -120,6 +120,21 @@ class Cancelled(StreamPayload):
     partial: str = ""
 
 
+# What a turn's log says when the turn runs again from its start (its worker died, or a
+# draining worker handed it back): the page drops the partial reply and shows why.
+RESTARTED = "turn.restarted"
+RESTARTED_NOTE = "The reply restarted after a server fault."
+
+
+class Restarted(StreamPayload):
+    """The backend's own event (the runtime never restarts a turn): the text and tools before
+    it are replaced by what follows."""
+
+    event: ClassVar[str] = RESTARTED
+    code: str = "worker_lost"
+    message: str = RESTARTED_NOTE
+
+
 _VISIBLE: dict[str, type[Delta | ToolStart | ToolEnd | ApprovalAsk | ApprovalAnswer]] = {
     model.event: model for model in (Delta, ToolStart, ToolEnd, ApprovalAsk, ApprovalAnswer)
 }

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
+import anyio
 from pydantic import TypeAdapter
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -35,13 +36,20 @@ from backend.services.delivery.stream_events import (
     StreamPayload,
     relayed,
 )
-from backend.services.errors import Malformed, NotFound, RateLimited
+from backend.services.errors import Malformed, NotFound, RateLimited, Unavailable
 from chat_shell.contracts import TERMINAL_EVENT_TYPES, Block
 from chat_shell.events.fold import replay
 
 _BLOCKS: TypeAdapter[list[Block]] = TypeAdapter(list[Block])
 PAGE = 1000
 DEGRADED_WAIT_SECONDS = 0.25
+# The last event of a stream whose process shuts down: reconnect (to another replica) after
+# RECONNECT_MS, with Last-Event-ID as always. The stream has this long to send it.
+RECONNECT = "stream.reconnect"
+RECONNECT_MS = 100
+SHUTDOWN_GRACE_SECONDS = 2.0
+# A turn refused because this process's streams are full is asked again after this long.
+STREAMS_FULL_RETRY_SECONDS = 3
 
 
 class StreamSlot:
@@ -63,11 +71,27 @@ class StreamSlot:
 
 
 class OpenStreams:
-    """Streams open at once per user, in this process (each backend replica counts its own)."""
+    """Streams open at once per user, in this process (each backend replica counts its own),
+    and in all: past `capacity` this process admits no new turn (`require_room`)."""
 
-    def __init__(self, max_per_user: int) -> None:
+    def __init__(self, max_per_user: int, capacity: int | None = None) -> None:
         self._max = max_per_user
+        self._capacity = capacity
         self._slots: dict[int, set[StreamSlot]] = {}
+
+    @property
+    def total(self) -> int:
+        return sum(len(held) for held in self._slots.values())
+
+    def require_room(self) -> None:
+        """Admission of a new turn by this web process: its streams keep their pace."""
+        if self._capacity is not None and self.total >= self._capacity:
+            raise Unavailable(
+                "at_capacity",
+                f"This server relays as many replies as it can at once ({self.total}); yours is sent "
+                "in a few seconds.",
+                retry_after=STREAMS_FULL_RETRY_SECONDS,
+            )
 
     def reserve(self, user_id: int) -> StreamSlot:
         if len(self._slots.get(user_id, ())) >= self._max:
@@ -201,6 +225,21 @@ async def follow(
                 if turn is None or (turn.status != TurnStatus.RUNNING and last >= turn.last_seq):
                     return
                 live = True
+
+
+@asynccontextmanager
+async def ended_by(stopping: anyio.Event, slot: StreamSlot) -> AsyncIterator[None]:
+    """While a stream runs: its process stopping ends it (its slot), as a disabled account does."""
+
+    async def end() -> None:
+        await stopping.wait()
+        slot.ended.set()
+
+    watcher = asyncio.create_task(end())
+    try:
+        yield
+    finally:
+        watcher.cancel()
 
 
 @asynccontextmanager

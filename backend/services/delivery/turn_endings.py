@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.models import (
@@ -24,7 +24,7 @@ from backend.models import (
 from backend.models.base import utcnow
 from backend.services.dashboard import rollups
 from backend.services.delivery.event_log import StoredEvent, latest_seq
-from backend.services.delivery.stream_events import Failed, visible
+from backend.services.delivery.stream_events import RESTARTED, Cancelled, Failed, StreamPayload, visible
 from backend.services.delivery.turns import StartedTurn
 from backend.services.records import model_requests
 from chat_shell.contracts import ChainMessage, CompactionRecord, TurnResult
@@ -33,6 +33,11 @@ from chat_shell.events.fold import VISIBLE_EVENT_TYPES, fold
 INTERRUPTED_NOTE = (
     "The service restarted while this reply was being written; what you see is what was written before."
 )
+WORKER_LOST_NOTE = (
+    "The server writing this reply failed twice; what you see is what was written before. Try again."
+)
+STOPPED_NOTE = "Stopped before it started."
+NOT_QUEUED_NOTE = "This reply could not be queued; nothing was written. Send it again."
 LOG_FAILED_NOTE = (
     "This reply could not be stored while it was being written; what you see is what was stored before."
 )
@@ -175,21 +180,6 @@ async def finish_turn(
     return message
 
 
-async def orphaned_turns(
-    db: AsyncSession, alive_runner: str, stale_before: datetime | None, own_stale_before: datetime
-) -> list[Turn]:
-    """Running turns whose runner is gone: another runner id, silent since `stale_before`
-    (or any other runner at all when `stale_before` is None: a single process just restarted),
-    and the alive runner's own turns silent since `own_stale_before` (the caller keeps those
-    whose job still runs)."""
-    silent_since = func.coalesce(Turn.heartbeat_at, Turn.started_at)
-    others = Turn.runner_id.is_distinct_from(alive_runner)
-    if stale_before is not None:
-        others = and_(others, silent_since < stale_before)
-    own = and_(Turn.runner_id == alive_runner, silent_since < own_stale_before)
-    return list(await db.scalars(select(Turn).where(Turn.status == TurnStatus.RUNNING, or_(others, own))))
-
-
 @dataclass(frozen=True)
 class LogEnding:
     """How a turn that lost its runner ends: its status, error code and the note it shows."""
@@ -201,20 +191,38 @@ class LogEnding:
 
 # The process running the turn stopped (a crash, a restart).
 INTERRUPTED = LogEnding(TurnStatus.INTERRUPTED, "interrupted", INTERRUPTED_NOTE)
+# The workers running the turn died on each of its attempts.
+WORKER_LOST = LogEnding(TurnStatus.FAILED, "worker_lost", WORKER_LOST_NOTE)
+# Stopped while it waited in the queue (no worker had taken it).
+STOPPED_IN_QUEUE = LogEnding(TurnStatus.CANCELLED, "cancelled", STOPPED_NOTE)
+# The job queue refused the turn (its database unreachable).
+NOT_QUEUED = LogEnding(TurnStatus.FAILED, "queue_unavailable", NOT_QUEUED_NOTE)
 # The turn's events could not be written (a dropped database connection, a rejected write).
 LOG_FAILED = LogEnding(TurnStatus.FAILED, "event_log_failed", LOG_FAILED_NOTE)
 
 
 async def end_from_log(db: AsyncSession, turn: Turn, ending: LogEnding) -> StoredEvent:
-    """Ends a turn whose runner is gone with what its log shows the user saw (the one fold of
-    its text and tool events; a tool that never returned ends as `error`).
+    """Ends a turn whose runner is gone with what its log shows the user saw since its last
+    start (the one fold of its text and tool events; a tool that never returned ends as
+    `error`).
 
-    Returns the terminal `turn.failed` event appended to its log, so open streams end and a
-    reload shows the note. The caller's transaction writes the staged rollups.
+    Returns the terminal event (`turn.failed`, or `turn.cancelled` for a stopped one)
+    appended to its log, so open streams end and a reload shows the note. The caller's
+    transaction writes the staged rollups.
     """
+    # Only the last attempt counts: a restart replaced what the ones before it wrote.
+    restarted = await db.scalar(
+        select(func.coalesce(func.max(TurnEvent.seq), 0)).where(
+            TurnEvent.turn_id == turn.id, TurnEvent.event == RESTARTED
+        )
+    )
     rows = await db.execute(
         select(TurnEvent.event, TurnEvent.data)
-        .where(TurnEvent.turn_id == turn.id, TurnEvent.event.in_(VISIBLE_EVENT_TYPES))
+        .where(
+            TurnEvent.turn_id == turn.id,
+            TurnEvent.seq > (restarted or 0),
+            TurnEvent.event.in_(VISIBLE_EVENT_TYPES),
+        )
         .order_by(TurnEvent.seq)
     )
     seen = fold(visible(name, data) for name, data in rows)
@@ -242,6 +250,11 @@ async def end_from_log(db: AsyncSession, turn: Turn, ending: LogEnding) -> Store
     turn.error_message = ending.note
     turn.last_seq = seq
     rollups.stage_finished(db, turn, running)
-    stored = StoredEvent.of(turn.id, seq, Failed(code=ending.code, message=ending.note, partial=seen.text))
+    payload: StreamPayload = (
+        Cancelled(partial=seen.text)
+        if ending.status == TurnStatus.CANCELLED
+        else Failed(code=ending.code, message=ending.note, partial=seen.text)
+    )
+    stored = StoredEvent.of(turn.id, seq, payload)
     db.add(TurnEvent(turn_id=turn.id, seq=seq, event=stored.event, data=stored.data))
     return stored

@@ -23,9 +23,12 @@ from backend.models import (
 )
 from backend.models.base import utcnow
 from backend.services.dashboard import rollups
-from backend.services.errors import Conflict, Invalid, RateLimited
+from backend.services.errors import Conflict, Invalid, RateLimited, Unavailable
 from backend.services.records import attachments, auth
 from backend.services.records.conversations import running_turns
+
+# A turn refused past the service's capacity is asked again after this many seconds.
+AT_CAPACITY_RETRY_SECONDS = 3
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ async def turn_to_stop(db: AsyncSession, conversation_id: int) -> int:
 
 
 async def store_stop(db: AsyncSession, turn_id: int) -> None:
-    """Records a stop request on a running turn (the runner polls it when the broker is down)."""
+    """Records a stop request on a running turn (a worker that takes it from the queue later
+    finds it, and ends it at once)."""
     await db.execute(
         update(Turn)
         .where(Turn.id == turn_id, Turn.status == TurnStatus.RUNNING, Turn.stop_requested_at.is_(None))
@@ -70,11 +74,42 @@ async def store_stop(db: AsyncSession, turn_id: int) -> None:
     )
 
 
-async def stops_requested(db: AsyncSession, turn_ids: Sequence[int]) -> list[int]:
-    """Which of these turns have a stored stop request."""
-    return list(
-        await db.scalars(select(Turn.id).where(Turn.id.in_(turn_ids), Turn.stop_requested_at.is_not(None)))
+async def load_started(db: AsyncSession, turn_id: int, *, running: bool = True) -> StartedTurn | None:
+    """A turn as its start returned it (a worker takes it from the queue); with `running`,
+    None once it has ended (stopped before a worker took it, or recovered)."""
+    turn = await db.get(Turn, turn_id)
+    if turn is None or (running and turn.status != TurnStatus.RUNNING):
+        return None
+    question = await db.get(Message, turn.user_message_pk)
+    reply = await db.get(Message, turn.assistant_message_pk)
+    conversation = await db.get(Conversation, turn.conversation_id)
+    if question is None or reply is None or conversation is None:
+        return None
+    linked = await attachments.sent_with(db, question)
+    return StartedTurn(
+        turn.id,
+        conversation.id,
+        conversation.owner_id,
+        question,
+        reply,
+        tuple(linked),
+        awaits_title=conversation.title_source == TitleSource.FALLBACK,
     )
+
+
+async def require_capacity(db: AsyncSession, capacity: int | None) -> None:
+    """Admission: past `capacity` turns running in the whole service, a new one is refused
+    (503 with Retry-After), so the replies already admitted keep their pace."""
+    if capacity is None:
+        return
+    running = await db.scalar(select(func.count(Turn.id)).where(Turn.status == TurnStatus.RUNNING)) or 0
+    if running >= capacity:
+        raise Unavailable(
+            "at_capacity",
+            f"The service is writing as many replies as it can at once ({running}); yours is sent "
+            "in a few seconds.",
+            retry_after=AT_CAPACITY_RETRY_SECONDS,
+        )
 
 
 async def start_turn(
@@ -83,7 +118,6 @@ async def start_turn(
     conversation: Conversation,
     content: str,
     attachment_ids: Sequence[int],
-    runner_id: str,
     model_profile: str | None,
     max_running: int | None = None,
     *,
@@ -114,7 +148,7 @@ async def start_turn(
     else:
         # Raises (404 for a deleted or unknown id) before anything is committed: nothing is stored.
         linked = await attachments.link_to_message(db, user, conversation, question, attachment_ids)
-    return await _begin(db, user, conversation, question, first + 1, linked, runner_id, model_profile)
+    return await _begin(db, user, conversation, question, first + 1, linked, model_profile)
 
 
 async def start_version(
@@ -122,7 +156,6 @@ async def start_version(
     user: User,
     conversation: Conversation,
     question: Message,
-    runner_id: str,
     model_profile: str | None,
     max_running: int | None = None,
 ) -> StartedTurn:
@@ -131,7 +164,7 @@ async def start_version(
     await _require_idle(db, user, conversation, max_running)
     number = await _number(db, conversation, 1)
     linked = await attachments.sent_with(db, question)
-    return await _begin(db, user, conversation, question, number, linked, runner_id, model_profile)
+    return await _begin(db, user, conversation, question, number, linked, model_profile)
 
 
 async def _require_idle(
@@ -163,7 +196,6 @@ async def _begin(
     question: Message,
     number: int,
     linked: Sequence[Attachment],
-    runner_id: str,
     model_profile: str | None,
 ) -> StartedTurn:
     """The running reply to `question`, the turn, and the conversation's leaf moved to it."""
@@ -182,11 +214,10 @@ async def _begin(
         conversation_id=conversation.id,
         user_message_pk=question.id,
         assistant_message_pk=reply.id,
-        runner_id=runner_id,
         model_profile=model_profile,
     )
     turn.status = TurnStatus.RUNNING
-    turn.started_at = turn.heartbeat_at = utcnow()
+    turn.started_at = utcnow()
     db.add(turn)
     counted = rollups.turn_row(turn)
     try:

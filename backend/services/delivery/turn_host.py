@@ -1,0 +1,296 @@
+"""Running turn jobs in this process: the embedded server's own, or a worker's from the queue.
+
+A turn runs independent of any HTTP connection: closing the page never stops it; only an
+explicit stop does. The runtime's events go through the turn's relay (`relay`) onto its
+durable log (`event_log`), which publishes them to listeners (`broker`). A turn that runs
+again (its worker died, or a draining worker handed it back) starts over from the conversation
+as it was before the turn: its log first says `turn.restarted`, and what the earlier attempt
+wrote is replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import KeysView, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from backend.models import Attachment, CompactionEvent, Conversation, Message, Turn, TurnStatus
+from backend.services.dashboard import rollups
+from backend.services.delivery import turn_endings, turns
+from backend.services.delivery.broker import LocalBroker
+from backend.services.delivery.capabilities import CapabilityIssuer
+from backend.services.delivery.event_log import EventWriter, LogWriteFailed, latest_seq
+from backend.services.delivery.relay import Relay
+from backend.services.delivery.stream_events import Restarted, relayed
+from backend.services.records import attachments
+from backend.services.records.history import resolve_history
+from backend.services.records.titles import GeneratedTitles
+from chat_shell.contracts import AttachmentRef, CompactionStatusSink, TurnRequest, TurnRuntime, UserInput
+
+log = logging.getLogger(__name__)
+
+# A turn whose log broke is ended (failed, partial text kept) with this many attempts, the
+# wait between them doubling up to the cap; after that, recovery ends it.
+END_ATTEMPTS = 8
+END_FIRST_BACKOFF_SECONDS = 0.2
+END_MAX_BACKOFF_SECONDS = 5.0
+
+
+class AheadScheduler(Protocol):
+    """Compaction ahead of time, as a turn sees it: scheduled at its end, awaited at its start."""
+
+    def schedule(self, started: turns.StartedTurn, model: str) -> None: ...
+
+    async def wait(
+        self, conversation_id: int, on_status: CompactionStatusSink, stop: asyncio.Event | None = None
+    ) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@dataclass
+class _Job:
+    started: turns.StartedTurn
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def fail_log(self) -> None:
+        self.cancel.set()
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    system_prompt: str | None = None
+    # One turn's wall-clock seconds, after which it is stopped and ends `failed` (`turn_time_limit`).
+    wall_seconds: float | None = None
+    # Service mode: chat_shell loads the history itself, with access minted per turn.
+    remote_access: CapabilityIssuer | None = None
+
+
+class TurnHost:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        runtime: TurnRuntime,
+        writer: EventWriter,
+        broker: LocalBroker,
+        options: HostOptions,
+        *,
+        ahead: AheadScheduler | None = None,
+        titles: GeneratedTitles | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self.runtime = runtime
+        self._writer = writer
+        self._broker = broker
+        self._options = options
+        self._jobs: dict[int, _Job] = {}
+        # Compaction ahead of time: scheduled at turn end, awaited by the next turn that starts.
+        self.ahead = ahead
+        # Names a conversation after its first reply (None: generated titles are off).
+        self.titles = titles
+
+    @property
+    def active(self) -> int:
+        return len(self._jobs)
+
+    @property
+    def running(self) -> KeysView[int]:
+        """The turns this process runs now (a live view)."""
+        return self._jobs.keys()
+
+    def launch(self, started: turns.StartedTurn, model: str) -> None:
+        """Starts the turn as a task of this process (the embedded server)."""
+        job = self._job(started)
+        job.task = asyncio.create_task(self._run(job, model, restarted=False), name=f"turn-{started.turn_id}")
+
+    async def run(self, turn_id: int, model: str, stop: asyncio.Event) -> None:
+        """Runs a turn of the queue to its end (a worker's job); a turn no longer running is
+        skipped. Setting `stop` stops it as the user's stop does."""
+        async with self._sessions() as db:
+            started = await turns.load_started(db, turn_id)
+            restarted = started is not None and await latest_seq(db, turn_id) > 0
+        if started is None:
+            return
+        job = self._job(started)
+        job.cancel = stop
+        if restarted:
+            await self._forget_attempt(started)
+        await self._run(job, model, restarted=restarted)
+
+    def _job(self, started: turns.StartedTurn) -> _Job:
+        job = self._jobs[started.turn_id] = _Job(started)
+        return job
+
+    async def wait(self, turn_id: int) -> None:
+        job = self._jobs.get(turn_id)
+        if job is not None:
+            await job.done.wait()
+
+    async def stop(self) -> None:
+        """On shutdown running turns are stopped and finalized as cancelled, nothing is left running."""
+        for job in list(self._jobs.values()):
+            job.cancel.set()
+        await asyncio.gather(*(job.done.wait() for job in list(self._jobs.values())))
+        if self.ahead is not None:
+            await self.ahead.stop()
+        if self.titles is not None:
+            await self.titles.stop()
+
+    async def cancel_local(self, turn_id: int) -> bool:
+        job = self._jobs.get(turn_id)
+        if job is None:
+            return False
+        job.cancel.set()
+        return True
+
+    async def decide_local(self, turn_id: int, call_id: str, allow: bool) -> bool | None:
+        """Whether the call waited and is now decided; None when this process does not run the turn."""
+        job = self._jobs.get(turn_id)
+        if job is None:
+            return None
+        if job.cancel.is_set():
+            return False
+        return await self.runtime.decide(turn_id, call_id, allow)
+
+    # -- the job -------------------------------------------------------------------------
+
+    async def _forget_attempt(self, started: turns.StartedTurn) -> None:
+        """Before a turn runs again: the checkpoint and compaction rows of the attempt that
+        died go, so the turn starts from the conversation as it was before it."""
+        async with self._sessions() as db, db.begin():
+            message = await db.get(Message, started.assistant_message.id)
+            if message is not None:
+                message.result = None
+                message.has_checkpoint = False
+            await db.execute(delete(CompactionEvent).where(CompactionEvent.turn_id == started.turn_id))
+
+    async def _run(self, job: _Job, model: str, *, restarted: bool) -> None:
+        started = job.started
+        async with self._sessions() as db:
+            last_seq = await latest_seq(db, started.turn_id)
+        turn_log = self._writer.open(started.turn_id, last_seq, on_error=job.fail_log)
+        relay = Relay(started, turn_log, model)
+        deadline = asyncio.timeout(self._options.wall_seconds)
+        try:
+            if restarted:
+                turn_log.append(Restarted())
+            async with deadline:
+                if self.ahead is not None:
+                    # A compaction ahead of time still running: wait for its checkpoint, its
+                    # statuses on this turn's stream (stored with the turn it follows).
+                    await self.ahead.wait(
+                        started.conversation_id, lambda event: turn_log.append(relayed(event)), job.cancel
+                    )
+                request = await self._build_request(started, model)
+                async for event in self.runtime.run(request, job.cancel):
+                    relay.forward(event)
+            if not relay.finished:
+                relay.fail("runtime_error", "the runtime ended without a result")
+        except LogWriteFailed:
+            pass  # ended below, from what its log holds
+        except Exception as exc:
+            if not relay.finished and isinstance(exc, TimeoutError) and deadline.expired():
+                log.warning("turn %s reached its time limit and was stopped", started.turn_id)
+                limit = f"{self._options.wall_seconds:g}"
+                relay.fail(
+                    "turn_time_limit",
+                    f"the reply was stopped at the time limit of {limit} s per turn",
+                    "time_limit",
+                )
+            else:
+                log.exception("turn %s failed outside the runtime", started.turn_id)
+                if not relay.finished and not turn_log.broken:
+                    relay.fail("internal_error", f"the turn could not run: {type(exc).__name__}")
+        finally:
+            try:
+                await turn_log.drain()
+            except LogWriteFailed:
+                log.exception("turn %s: its events could not be stored", started.turn_id)
+                await self._end_unstored(started.turn_id)
+            self._jobs.pop(started.turn_id, None)
+            # Before `done`: a send that follows this turn at once finds the job and waits.
+            if self.ahead is not None and relay.finished:
+                self.ahead.schedule(started, model)
+            if self.titles is not None and relay.finished:
+                self.titles.schedule(started, model)
+            job.done.set()
+
+    async def _end_unstored(self, turn_id: int) -> None:
+        """Ends a turn whose log broke as `failed` with the text its log holds, as soon as the
+        database takes writes again (bounded retries; after them, recovery ends it)."""
+        backoff = END_FIRST_BACKOFF_SECONDS
+        for attempt in range(1, END_ATTEMPTS + 1):
+            try:
+                async with self._sessions() as db, db.begin():
+                    turn = await db.get(Turn, turn_id)
+                    if turn is None or turn.status != TurnStatus.RUNNING:
+                        return
+                    ending = await turn_endings.end_from_log(db, turn, turn_endings.LOG_FAILED)
+                    await rollups.write_staged(db)
+            except Exception:
+                log.warning("turn %s: its failure could not be stored (attempt %d)", turn_id, attempt)
+                await asyncio.sleep(backoff)
+                backoff = min(2 * backoff, END_MAX_BACKOFF_SECONDS)
+                continue
+            await self._broker.publish([ending])
+            return
+        log.error("turn %s: its failure could not be stored; recovery will end it", turn_id)
+
+    async def _build_request(self, started: turns.StartedTurn, model: str) -> TurnRequest:
+        """Package mode resolves the history here; service mode sends `backend` access instead
+        and chat_shell loads the same pipeline's output over HTTP."""
+        history = None
+        remote = self._options.remote_access
+        async with self._sessions() as db:
+            conversation = await db.get(Conversation, started.conversation_id)
+            assert conversation is not None
+            mcp_servers, instructions = conversation.mcp_servers, conversation.instructions
+            ask_first = conversation.mcp_ask_first or []
+            if remote is None:
+                resolved = await resolve_history(
+                    db, conversation, before_message_id=started.user_message.message_id
+                )
+                history = resolved.messages
+            refs = await _attachment_refs(db, started.attachment_ids)
+        return TurnRequest(
+            conversation_id=started.conversation_id,
+            owner_id=started.owner_id,
+            turn_id=started.turn_id,
+            assistant_message_id=started.assistant_message.message_id,
+            user=UserInput(
+                message_id=started.user_message.message_id,
+                content=started.user_message.content,
+                attachments=refs,
+            ),
+            history=history,
+            backend=(
+                remote.access(started.turn_id, started.conversation_id, started.owner_id)
+                if remote is not None
+                else None
+            ),
+            model=model,
+            system_prompt=self._options.system_prompt,
+            mcp_servers=mcp_servers,
+            instructions=instructions,
+            ask_first=ask_first,
+        )
+
+
+async def _attachment_refs(db: AsyncSession, attachment_ids: Sequence[int]) -> list[AttachmentRef]:
+    """The message's attachments in the order the message lists them (upload order). One deleted
+    between the send and this moment is left out; later turns see its tombstone in history."""
+    if not attachment_ids:
+        return []
+    rows = await db.scalars(
+        select(Attachment)
+        .where(Attachment.id.in_(attachment_ids), Attachment.deleted_at.is_(None))
+        .order_by(Attachment.id)
+    )
+    return [attachments.attachment_ref(row) for row in rows]
