@@ -3,11 +3,13 @@ import { errorMessage } from "./errors.js";
 import { t } from "./i18n.js";
 
 // `message` is said in the page's language (errors.js); `code` stays as the server sent it.
+// `retryAfter`: the seconds of the response's Retry-After (a 503 past the service's capacity).
 export class ApiError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, retryAfter = null) {
     super(errorMessage(code, message));
     this.status = status;
     this.code = code;
+    this.retryAfter = retryAfter;
   }
 }
 
@@ -47,7 +49,8 @@ async function request(method, path, body) {
   if (response.status === 204) return null;
   const data = await response.json().catch(() => null);
   if (!response.ok) {
-    throw new ApiError(response.status, data?.code ?? "http_error", data?.message ?? response.statusText);
+    const retryAfter = Number.parseInt(response.headers.get("retry-after") ?? "", 10);
+    throw new ApiError(response.status, data?.code ?? "http_error", data?.message ?? response.statusText, Number.isFinite(retryAfter) ? retryAfter : null);
   }
   return data;
 }

@@ -244,7 +244,16 @@ function follow(turnId, view) {
 
 // What each event of the turn's stream does to the page (the names are SPEC 6.1's).
 const ON_EVENT = {
-  "turn.started": (view) => view.startStreaming(),
+  "turn.started": (view) => {
+    view.startStreaming();
+    if (view.restartNote) view.showNote(view.restartNote, "restarted");
+  },
+  // The worker writing the reply failed and another runs the turn again: what it wrote goes.
+  "turn.restarted": (view) => {
+    view.startStreaming();
+    view.restartNote = t("The reply restarted after a server fault.");
+    view.showNote(view.restartNote, "restarted");
+  },
   "message.delta": (view, data) => view.appendText(data.text),
   "tool.started": (view, data) => view.toolStarted(data),
   "tool.completed": (view, data) => view.toolCompleted(data),
@@ -316,6 +325,26 @@ instrumentation.streamedText = (messageId) => transcript.view(messageId)?.stream
 
 // -- actions -------------------------------------------------------------------------------
 
+// A send the service cannot take yet (503 past its capacity, or no worker) is sent again after
+// the Retry-After it was given, saying so, for about two minutes; nothing was stored meanwhile.
+const ADMISSION_CODES = new Set(["at_capacity", "no_worker"]);
+const ADMISSION_ATTEMPTS = 40;
+
+async function admitted(post) {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      const result = await post();
+      if (attempt > 1) composer.say("");
+      return result;
+    } catch (error) {
+      if (!(error instanceof ApiError) || !ADMISSION_CODES.has(error.code) || attempt >= ADMISSION_ATTEMPTS) throw error;
+      const seconds = error.retryAfter ?? 3;
+      composer.say(t("{message} Trying again in {seconds} s…", { message: error.message, seconds }), "warning");
+      await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+    }
+  }
+}
+
 async function send(text, attachments) {
   await state.opened;
   if (!state.conversation) {
@@ -332,7 +361,7 @@ async function send(text, attachments) {
   const conversation = state.conversation;
   let started;
   try {
-    started = await api.post(`/api/conversations/${conversation.id}/messages`, { content: text, attachment_ids: attachments.map((a) => a.id) });
+    started = await admitted(() => api.post(`/api/conversations/${conversation.id}/messages`, { content: text, attachment_ids: attachments.map((a) => a.id) }));
   } catch (error) {
     if (error.code === "turn_running") {
       await open(conversation.id); // another tab is writing here: follow that reply
@@ -352,7 +381,7 @@ async function send(text, attachments) {
 async function regenerate(view) {
   const conversation = state.conversation;
   try {
-    await api.post(`/api/conversations/${conversation.id}/regenerate`, { message_id: view.message.message_id });
+    await admitted(() => api.post(`/api/conversations/${conversation.id}/regenerate`, { message_id: view.message.message_id }));
     await open(conversation.id);
     announce(t("Writing a new version of the reply."));
   } catch (error) {

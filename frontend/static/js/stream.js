@@ -9,6 +9,7 @@ import { t } from "./i18n.js";
 export const TERMINAL_EVENTS = new Set(["turn.completed", "turn.failed", "turn.cancelled"]);
 const EVENT_NAMES = [
   "turn.started",
+  "turn.restarted",
   "message.delta",
   "tool.started",
   "tool.completed",
