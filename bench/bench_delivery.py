@@ -17,7 +17,13 @@ order. A stream refused at its opening (503) opens again, as the page's does.
 - A reconnect replays a turn of many events and is compared with streaming it live.
 
 The load and the sweep then run again with the backend on PostgreSQL, the production
-database. `--quick`: 100-token turns, the 20-turn load and a shorter sweep on both databases.
+database. Then the production shape (issue 33): one web process that only relays and one
+worker (`chat-shell worker`) that runs the turns, on PostgreSQL and Redis. Its sweep prints
+each process's CPU share and the replies one core of each carries; then, with the service's
+capacity (`CHAT_SHELL_TURN_CAPACITY`) set to the largest level that met the targets, twice
+that many clients ask at once: the admitted replies must keep the targets while the rest are
+refused with 503 and ask again after its Retry-After, as the page does.
+`--quick`: 100-token turns, the 20-turn load and a shorter sweep on each.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,8 +49,8 @@ from httpx_sse import aconnect_sse
 from bench.common import row
 from tests.support import databases
 from tests.support.api import PASSWORD
-from tests.support.processes import BackendProcess, backend_env
-from tests.support.servers import free_port
+from tests.support.processes import BackendProcess, WorkerProcess, backend_env
+from tests.support.servers import free_port, private_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
 PROVIDER_TOKENS_PER_SECOND = 50
@@ -53,6 +59,9 @@ P99_TARGET_MS = 50.0
 # Concurrencies of the capacity sweep (issue 18 asks for at least 40 on PostgreSQL).
 CAPACITY_LEVELS = [10, 20, 40, 60, 80]
 QUICK_CAPACITY_LEVELS = [10, 20, 40, 60]
+# The production shape's sweep (issue 33 asks for at least 60).
+SPLIT_LEVELS = [20, 40, 60, 80]
+QUICK_SPLIT_LEVELS = [20, 40, 60]
 
 
 def _start_provider(port: int, tokens_per_second: float, clock_tokens: int) -> subprocess.Popen[bytes]:
@@ -100,6 +109,8 @@ class Tally:
     window: tuple[int, int] | None = None
     tokens: int = 0
     latencies: list[float] = field(default_factory=list)
+    # Sends refused past the service's capacity (503 at_capacity), each asked again later.
+    refused: int = 0
 
     def token(self, stamp: int, received: int) -> None:
         self.tokens += 1
@@ -132,12 +143,15 @@ async def _follow(client: httpx.AsyncClient, cid: int, tally: Tally) -> tuple[in
         return len(seqs), terminal == "turn.completed" and seqs == list(range(1, len(seqs) + 1))
 
 
-async def _send(client: httpx.AsyncClient, cid: int) -> httpx.Response:
-    """Sends like a well-behaved client: a 503 `database_busy` is retried after Retry-After."""
+async def _send(client: httpx.AsyncClient, cid: int, tally: Tally) -> httpx.Response:
+    """Sends like the page: a 503 (`database_busy`, `at_capacity`) is retried after its
+    Retry-After; the refusals past capacity are counted."""
     while True:
         response = await client.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
         if response.status_code != 503:
             return response
+        if response.json().get("code") == "at_capacity":
+            tally.refused += 1
         await asyncio.sleep(float(response.headers.get("retry-after", "1")))
 
 
@@ -155,11 +169,17 @@ class LoadResult:
     p50: float
     p95: float
     p99: float
-    # CPU seconds per second of the load (1.0: one core busy) of the backend, and of the two
-    # processes that share its machine: the provider, and the clients (this process).
-    cpu_share: float
+    refused: int
+    # CPU seconds per second of the load (1.0: one core busy) of each backend process (the
+    # web process first), and of the two that share its machine: the provider, and the
+    # clients (this process).
+    process_cpu: tuple[float, ...]
     provider_cpu: float
     clients_cpu: float
+
+    @property
+    def cpu_share(self) -> float:
+        return sum(self.process_cpu)
 
     @property
     def within_targets(self) -> bool:
@@ -172,15 +192,21 @@ class LoadResult:
 
 
 async def _load(
-    backend: BackendProcess, provider: psutil.Process, turns: int, tokens: int, *, steady: bool = False
+    backends: Sequence[BackendProcess],
+    provider: psutil.Process,
+    turns: int,
+    tokens: int,
+    *,
+    steady: bool = False,
 ) -> LoadResult:
     """`turns` clients, each with its own conversation. A burst (the default): all send at once,
     and every token counts. `steady`: client i of N starts i/N of a reply's length in and sends
     again as soon as its reply ends (2 replies each), so replies start and end all the time, as
     when N replies are always streaming; latency counts the tokens emitted while all N clients
-    are in their replies (from one reply's length after the start to two)."""
-    client = await _client(backend.base_url)
-    processes = (psutil.Process(backend.pid), provider, psutil.Process())
+    are in their replies (from one reply's length after the start to two). The clients talk
+    to the first of `backends` (the web process); the CPU of each is measured."""
+    client = await _client(backends[0].base_url)
+    processes = (*(psutil.Process(backend.pid) for backend in backends), provider, psutil.Process())
     conversations = [
         (await client.post("/api/conversations", json={"title": f"load {n}"})).json()["id"]
         for n in range(turns)
@@ -197,7 +223,7 @@ async def _load(
         events, complete = 0, True
         for _ in range(replies):
             # Like a browser: its own stream opens as soon as its own send is accepted.
-            response = await _send(client, cid)
+            response = await _send(client, cid, tally)
             if response.status_code != 202:
                 failed_sends.append(response)
                 return events, False
@@ -211,7 +237,7 @@ async def _load(
     )
     elapsed = time.perf_counter() - start
     used = [_cpu_seconds(process) - before for process, before in zip(processes, cpu_start, strict=True)]
-    backend_cpu, provider_cpu, clients_cpu = (seconds / elapsed for seconds in used)
+    *process_cpu, provider_cpu, clients_cpu = (seconds / elapsed for seconds in used)
     await client.aclose()
     if failed_sends:
         print("send failed:", failed_sends[0].status_code, failed_sends[0].text[:300])
@@ -231,7 +257,8 @@ async def _load(
         p50=quantile[49],
         p95=quantile[94],
         p99=quantile[98],
-        cpu_share=backend_cpu,
+        refused=tally.refused,
+        process_cpu=tuple(process_cpu),
         provider_cpu=provider_cpu,
         clients_cpu=clients_cpu,
     )
@@ -257,21 +284,28 @@ def _print_load(result: LoadResult) -> None:
 
 
 async def _capacity(
-    backend: BackendProcess, provider: psutil.Process, tokens: int, levels: list[int]
-) -> None:
-    """The same load at rising concurrencies: the largest that meets both latency targets."""
-    headings = ("p50 ms", "p99 ms", "tokens/s", "backend CPU", "CPU ms/token", "prov/clients", "targets")
+    backends: Sequence[BackendProcess], provider: psutil.Process, tokens: int, levels: list[int]
+) -> int:
+    """The same load at rising concurrencies: the largest that meets both latency targets
+    (returned). With a web process and a worker, the CPU of each and the replies one core of
+    each carries at that level."""
+    split = len(backends) > 1
+    cpu = ("web CPU", "worker CPU", "per web core", "per wkr core") if split else ("backend CPU",)
+    headings = ("p50 ms", "p99 ms", "tokens/s", *cpu, "CPU ms/token", "prov/clients", "targets")
     row("capacity: concurrent replies", *headings)
     best = 0
     cheapest = float("inf")
     for turns in levels:
-        result = await _load(backend, provider, turns, tokens, steady=True)
+        result = await _load(backends, provider, turns, tokens, steady=True)
         verdict = "met" if result.within_targets else "not met"
         rate = result.received / result.elapsed
         beside = f"{result.provider_cpu:.2f}/{result.clients_cpu:.2f}"
         per_token = 1000 * result.cpu_share / rate
         cheapest = min(cheapest, per_token)
-        cells = (f"{result.p50:.2f}", f"{result.p99:.2f}", f"{rate:.0f}", f"{result.cpu_share:.2f}")
+        cells = [f"{result.p50:.2f}", f"{result.p99:.2f}", f"{rate:.0f}"]
+        cells += [f"{share:.2f}" for share in result.process_cpu]
+        if split:
+            cells += [f"{turns / share:.0f}" for share in result.process_cpu]
         row(f"  {turns}", *cells, f"{per_token:.3f}", beside, verdict)
         if result.within_targets:
             best = max(best, turns)
@@ -279,6 +313,22 @@ async def _capacity(
     # The bound CPU sets whatever the latency: one core busy all the time at the cheapest level.
     ceiling = 1000 / cheapest / PROVIDER_TOKENS_PER_SECOND
     print(f"one core at {cheapest:.3f} CPU ms per token streams at most {ceiling:.0f} such replies")
+    return best
+
+
+async def _past_capacity(
+    backends: Sequence[BackendProcess], provider: psutil.Process, tokens: int, capacity: int
+) -> None:
+    """Twice the capacity asks at once: the admitted replies keep the targets, the rest wait."""
+    result = await _load(backends, provider, 2 * capacity, tokens, steady=True)
+    row(f"past capacity: {2 * capacity} clients, capacity {capacity}", "value")
+    row("  sends refused with 503 at_capacity (asked again)", result.refused)
+    row("  send errors / incomplete streams", f"{result.send_errors} / {result.incomplete}")
+    row(f"  admitted: added latency p50 ms (target <= {P50_TARGET_MS:.0f})", f"{result.p50:.2f}")
+    row(f"  admitted: added latency p99 ms (target <= {P99_TARGET_MS:.0f})", f"{result.p99:.2f}")
+    row("  web / worker CPU share", " / ".join(f"{share:.2f}" for share in result.process_cpu))
+    kept = result.refused > 0 and result.within_targets
+    row("  admitted replies within the targets, the rest refused", "yes" if kept else "NO")
 
 
 async def _bare_stream_cpu(provider_url: str, tokens: int) -> float:
@@ -329,10 +379,47 @@ def _backend(database: str, provider_url: str, work: Path) -> Iterator[BackendPr
         backend.stop()
 
 
+@contextmanager
+def _split(
+    database: str, redis_url: str, provider_url: str, work: Path, **extra: str
+) -> Iterator[list[BackendProcess]]:
+    """A migrated PostgreSQL database, one web process that only relays and one worker."""
+    work.mkdir(parents=True, exist_ok=True)
+    databases.migrate(database)
+    env = {
+        **backend_env(database, work / "data", f"{provider_url}/v1"),
+        "CHAT_SHELL_REDIS_URL": redis_url,
+        "CHAT_SHELL_WORKER_IN_PROCESS": "false",
+        **extra,
+    }
+    web = BackendProcess(env, work / "web.log")
+    worker = WorkerProcess(env, work / "worker.log")
+    try:
+        yield [web.start(), worker.start()]
+    finally:
+        web.stop()
+        worker.stop()
+
+
+def _production_shape(
+    postgres: str, provider_url: str, provider: psutil.Process, tokens: int, quick: bool, work: Path
+) -> None:
+    print("== PostgreSQL and Redis: one web process, one worker ==")
+    with private_redis_server(work) as redis:
+        levels = QUICK_SPLIT_LEVELS if quick else SPLIT_LEVELS
+        with _split(postgres, redis.url, provider_url, work / "split") as backends:
+            best = asyncio.run(_capacity(backends, provider, tokens, levels))
+        capacity = best or levels[0]
+        limit = {"CHAT_SHELL_TURN_CAPACITY": str(capacity)}
+        with _split(postgres, redis.url, provider_url, work / "capped", **limit) as backends:
+            asyncio.run(_past_capacity(backends, provider, tokens, capacity))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--turns", type=int, default=None)
+    parser.add_argument("--split-only", action="store_true", help="only the production shape's sweep")
     args = parser.parse_args()
     turns = args.turns or (20 if args.quick else 200)
     tokens = 100 if args.quick else 500
@@ -344,24 +431,27 @@ def main() -> None:
         provider_url = f"http://127.0.0.1:{provider_port}"
         provider_process = psutil.Process(provider.pid)
         try:
-            with _backend(f"sqlite+aiosqlite:///{work / 'bench.db'}", provider_url, work) as backend:
-                floor = asyncio.run(_bare_stream_cpu(provider_url, 2000))
-                row("bare ChatOpenAI.astream CPU per token (ms)", f"{floor:.3f}")
-                row("  tokens/s one core can parse at most", f"{1000 / floor:.0f}")
-                row("  concurrent 50-token/s turns that fills", f"{1000 / floor / 50:.0f}")
-                print("== SQLite (the default database) ==")
-                _print_load(asyncio.run(_load(backend, provider_process, turns, tokens)))
-                asyncio.run(_capacity(backend, provider_process, tokens, levels))
-                asyncio.run(_replay(backend.base_url, provider_url, 1000 if args.quick else 5000))
+            if not args.split_only:
+                with _backend(f"sqlite+aiosqlite:///{work / 'bench.db'}", provider_url, work) as backend:
+                    floor = asyncio.run(_bare_stream_cpu(provider_url, 2000))
+                    row("bare ChatOpenAI.astream CPU per token (ms)", f"{floor:.3f}")
+                    row("  tokens/s one core can parse at most", f"{1000 / floor:.0f}")
+                    row("  concurrent 50-token/s turns that fills", f"{1000 / floor / 50:.0f}")
+                    print("== SQLite (the default database) ==")
+                    _print_load(asyncio.run(_load([backend], provider_process, turns, tokens)))
+                    asyncio.run(_capacity([backend], provider_process, tokens, levels))
+                    asyncio.run(_replay(backend.base_url, provider_url, 1000 if args.quick else 5000))
             with databases.scratch_postgres() as postgres:
                 if postgres is None:
                     print(f"PostgreSQL not reachable at {databases.POSTGRES_ADMIN_URL}: its sweep is skipped")
                     return
-                print("== PostgreSQL ==")
-                with _backend(postgres, provider_url, work) as backend:
-                    if not args.quick:
-                        _print_load(asyncio.run(_load(backend, provider_process, turns, tokens)))
-                    asyncio.run(_capacity(backend, provider_process, tokens, levels))
+                if not args.split_only:
+                    print("== PostgreSQL, one process (a worker inside `serve`) ==")
+                    with _backend(postgres, provider_url, work) as backend:
+                        if not args.quick:
+                            _print_load(asyncio.run(_load([backend], provider_process, turns, tokens)))
+                        asyncio.run(_capacity([backend], provider_process, tokens, levels))
+                _production_shape(postgres, provider_url, provider_process, tokens, args.quick, work)
         finally:
             provider.terminate()
             provider.wait()

@@ -4,16 +4,12 @@ by side (tests/support/modes.py), a private Redis, and empty databases for migra
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
 from backend.app import create_app
 from backend.settings import Settings
@@ -21,7 +17,7 @@ from tests.support import databases
 from tests.support.api import signed_in
 from tests.support.modes import open_modes  # noqa: F401  (fixture for the tests comparing the modes)
 from tests.support.scripted_provider import ScriptedProvider
-from tests.support.servers import free_port, serve
+from tests.support.servers import PrivateRedis, private_redis_server, serve
 
 
 @pytest.fixture
@@ -72,42 +68,8 @@ def unmigrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
     asyncio.run(databases.drop_postgres_database(url))
 
 
-@dataclass(frozen=True)
-class PrivateRedis:
-    url: str
-    process: subprocess.Popen[bytes]
-
-
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     """A Redis of this test alone, so stopping it mid-turn touches nothing else."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is required (scripts/services.sh installs it)")
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    for _ in range(100):
-        try:
-            redis.Redis.from_url(url).ping()
-            break
-        except redis.ConnectionError:
-            subprocess.run(["sleep", "0.05"], check=False)
-    yield PrivateRedis(url, process)
-    process.kill()
-    process.wait()
+    with private_redis_server(tmp_path) as server:
+        yield server

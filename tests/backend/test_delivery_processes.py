@@ -12,11 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.backend.conftest import PrivateRedis
 from tests.support.api import new_user
 from tests.support.processes import ROOT, BackendProcess, backend_env
 from tests.support.scripted_provider import ScriptedProvider, text
-from tests.support.servers import free_port
+from tests.support.servers import PrivateRedis, free_port
 from tests.support.sse import Received, read_stream
 
 LONG = " ".join(f"token{n}" for n in range(400))

@@ -17,11 +17,10 @@ import pytest
 from backend.app import create_app
 from backend.settings import Settings
 from chat_shell.tools.approvals import denied_message
-from tests.backend.conftest import PrivateRedis
 from tests.support.api import login, signed_in
 from tests.support.mcp_servers import stdio_server
 from tests.support.scripted_provider import ScriptedProvider, text, tool_call
-from tests.support.servers import serve
+from tests.support.servers import PrivateRedis, serve
 from tests.support.sse import Received, read_stream
 
 

@@ -5,6 +5,7 @@ disconnected the way a crash, a deploy or a network fault would."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,11 +14,12 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.backend.conftest import PrivateRedis
 from tests.support.api import new_user
+from tests.support.mcp_servers import stdio_server
 from tests.support.processes import BackendProcess, WorkerProcess, backend_env
-from tests.support.scripted_provider import ScriptedProvider, text
-from tests.support.sse import read_stream
+from tests.support.scripted_provider import ScriptedProvider, text, tool_call
+from tests.support.servers import PrivateRedis
+from tests.support.sse import StreamRead, read_stream
 
 LONG = " ".join(f"token{n}" for n in range(300))
 RESTART_AFTER = 3.0
@@ -32,6 +34,7 @@ class Fleet:
         self.env = env
         self._logs = logs
         self._started: list[BackendProcess] = []
+        self._workers: dict[str, BackendProcess] = {}
 
     async def web(self, name: str, **extra: str) -> BackendProcess:
         process = BackendProcess({**self.env, **extra}, self._logs / f"{name}.log")
@@ -41,7 +44,20 @@ class Fleet:
     async def worker(self, name: str, *args: str, **extra: str) -> BackendProcess:
         process = WorkerProcess({**self.env, **extra}, self._logs / f"{name}.log", *args)
         self._started.append(process)
+        self._workers[name] = process
         return await asyncio.to_thread(process.start)
+
+    async def workers(self, *names: str, **extra: str) -> list[BackendProcess]:
+        return list(await asyncio.gather(*(self.worker(name, **extra) for name in names)))
+
+    def running(self, turn_id: int) -> BackendProcess:
+        """The live worker that took the turn (each logs the jobs it starts)."""
+        taken = f"turn_id={turn_id})"
+        for name, worker in self._workers.items():
+            lines = self.log(name).splitlines()
+            if worker.alive and any("Starting job run_turn" in line and taken in line for line in lines):
+                return worker
+        raise AssertionError(f"no live worker took turn {turn_id}")
 
     def log(self, name: str) -> str:
         return (self._logs / f"{name}.log").read_text(errors="replace")
@@ -92,6 +108,11 @@ async def _send(client: httpx.AsyncClient, content: str = "go") -> int:
     return cid
 
 
+def _turn_of(read: StreamRead) -> int:
+    """The turn a stream's events belong to (their ids are `turn:seq`)."""
+    return int(read.events[0].id.split(":")[0])
+
+
 def _as_client(client: httpx.AsyncClient, other: BackendProcess) -> httpx.AsyncClient:
     """The same session, as a client of another web process."""
     return httpx.AsyncClient(
@@ -131,15 +152,14 @@ async def test_a_worker_killed_mid_reply_restarts_on_another_and_replaces_the_pa
     fleet: Fleet, scripted_provider: ScriptedProvider
 ) -> None:
     web = await fleet.web("web")
-    first = await fleet.worker("w1")
+    await fleet.workers("w1", "w2")
     client = await new_user(web.base_url, "survivor")
     try:
-        scripted_provider.script(text(LONG, token_delay=0.02), text(LONG, token_delay=0.002))
+        scripted_provider.script(text(LONG, token_delay=0.05), text(LONG, token_delay=0.002))
         cid = await _send(client, "a long answer please")
         head = await read_stream(client, cid, stop_after=15)
-        await fleet.worker("w2")
         loop = asyncio.get_running_loop()
-        first.kill()
+        fleet.running(_turn_of(head)).kill()
         killed = loop.time()
         restarted_at: list[float] = []
 
@@ -167,21 +187,19 @@ async def test_a_turn_whose_worker_dies_on_both_attempts_ends_failed(
     fleet: Fleet, scripted_provider: ScriptedProvider
 ) -> None:
     web = await fleet.web("web")
-    first = await fleet.worker("w1")
+    await fleet.workers("w1", "w2", "w3")
     client = await new_user(web.base_url, "unlucky")
     try:
         scripted_provider.script(text(LONG, token_delay=0.05), text(LONG, token_delay=0.05))
         cid = await _send(client)
         head = await read_stream(client, cid, stop_after=5)
-        second = await fleet.worker("w2")
-        first.kill()
+        fleet.running(_turn_of(head)).kill()
         again = await read_stream(
             client, cid, last_event_id=head.events[-1].id, until=lambda e: e[-1].event == "turn.restarted"
         )
         assert again.events[-1].event == "turn.restarted"
         await read_stream(client, cid, last_event_id=again.events[-1].id, stop_after=3)
-        await fleet.worker("w3")
-        second.kill()
+        fleet.running(_turn_of(head)).kill()
         stored = await _wait_status(client, cid, {"failed"}, within=RESTART_BOUND + 10)
         assert stored["result"]["error"]["code"] == "worker_lost"
         end = await read_stream(client, cid)
@@ -221,13 +239,13 @@ async def test_sigterm_on_a_worker_hands_a_turn_still_running_at_the_drain_timeo
     fleet: Fleet, scripted_provider: ScriptedProvider
 ) -> None:
     web = await fleet.web("web")
-    first = await fleet.worker("w1", CHAT_SHELL_WORKER_DRAIN_SECONDS="1")
+    await fleet.workers("w1", "w2", CHAT_SHELL_WORKER_DRAIN_SECONDS="1")
     client = await new_user(web.base_url, "deployer")
     try:
         scripted_provider.script(text(LONG, token_delay=0.05), text(LONG, token_delay=0.002))
         cid = await _send(client)
-        await read_stream(client, cid, stop_after=5)
-        await fleet.worker("w2")
+        head = await read_stream(client, cid, stop_after=5)
+        first = fleet.running(_turn_of(head))
         first.terminate()
         assert await asyncio.to_thread(first.wait, 30) == 0
         stored = await _wait_status(client, cid, {"completed"})
@@ -248,10 +266,15 @@ async def test_sigterm_on_a_web_process_tells_its_streams_to_reconnect(
     try:
         scripted_provider.script(text(LONG, token_delay=0.02))
         cid = await _send(on_a)
-        reading = asyncio.create_task(
-            read_stream(on_a, cid, until=lambda e: e[-1].event == "stream.reconnect")
-        )
-        await asyncio.sleep(1.0)
+        underway = asyncio.Event()
+
+        def until_hint(events: list) -> bool:
+            if len(events) >= 10:
+                underway.set()
+            return events[-1].event == "stream.reconnect"
+
+        reading = asyncio.create_task(read_stream(on_a, cid, until=until_hint))
+        await asyncio.wait_for(underway.wait(), 60)
         a.terminate()
         head = await asyncio.wait_for(reading, 10)
         hint = head.events[-1]
@@ -275,19 +298,19 @@ async def test_a_worker_lost_while_redis_is_down_still_restarts_and_delivers(
     fleet: Fleet, scripted_provider: ScriptedProvider, private_redis: PrivateRedis
 ) -> None:
     web = await fleet.web("web")
-    first = await fleet.worker("w1")
+    await fleet.workers("w1", "w2")
     client = await new_user(web.base_url, "stormy")
     try:
-        scripted_provider.script(text(LONG, token_delay=0.02), text(LONG, token_delay=0.002))
+        scripted_provider.script(text(LONG, token_delay=0.05), text(LONG, token_delay=0.002))
         cid = await _send(client)
         head = await read_stream(client, cid, stop_after=10)
-        await fleet.worker("w2")
         private_redis.process.kill()
-        first.kill()
+        fleet.running(_turn_of(head)).kill()
         tail = await read_stream(client, cid, last_event_id=head.events[-1].id)
         stored = await _wait_status(client, cid, {"completed"})
         read = type(tail)(200, head.events + tail.events)
         assert [e.seq for e in read.events] == list(range(1, len(read.events) + 1))
+        assert [e.event for e in tail.events].count("turn.restarted") == 1
         assert read.shown == stored["result"]["value"] == LONG
     finally:
         await client.aclose()
@@ -393,3 +416,38 @@ async def test_past_its_capacity_the_service_refuses_new_turns_with_503(
         assert (await _wait_status(client, other, {"completed"}))["result"]["value"] == "now you"
     finally:
         await client.aclose()
+
+
+async def test_an_approval_sent_to_any_web_process_resumes_the_turn_on_its_worker(
+    fleet: Fleet, scripted_provider: ScriptedProvider, tmp_path: Path
+) -> None:
+    servers = tmp_path / "mcp.json"
+    servers.write_text(json.dumps({"servers": {"ops": stdio_server().model_dump()}}))
+    mcp = {"CHAT_SHELL_MCP_SERVERS": str(servers)}
+    a, b = await asyncio.gather(fleet.web("a", **mcp), fleet.web("b", **mcp))
+    await fleet.worker("w", **mcp)
+    on_a = await new_user(a.base_url, "asker")
+    on_b = _as_client(on_a, b)
+    marks = tmp_path / "marks.txt"
+    try:
+        cid = (await on_a.post("/api/conversations", json={})).json()["id"]
+        ask_first = {"servers": None, "ask_first": ["ops_touch"]}
+        assert (await on_a.put(f"/api/conversations/{cid}/mcp-servers", json=ask_first)).status_code == 200
+        scripted_provider.script(tool_call("ops_touch", {"path": str(marks)}), text("Done."))
+        assert (
+            await on_a.post(f"/api/conversations/{cid}/messages", json={"content": "mark it"})
+        ).status_code == 202
+        asked = await read_stream(on_a, cid, until=lambda e: e[-1].event == "approval.requested")
+        call_id = asked.events[-1].data["call_id"]
+        assert not marks.exists()
+        # Neither web process runs the turn: the decision reaches its worker through Redis.
+        decided = await on_b.post(
+            f"/api/conversations/{cid}/approvals", json={"call_id": call_id, "allow": True}
+        )
+        assert decided.status_code == 200 and decided.json()["allowed"] is True
+        done = await read_stream(on_a, cid, last_event_id=asked.events[-1].id)
+        assert done.terminal is not None and done.terminal.event == "turn.completed"
+        assert marks.read_text() == "ran\n"
+    finally:
+        await on_a.aclose()
+        await on_b.aclose()

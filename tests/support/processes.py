@@ -87,6 +87,10 @@ class BackendProcess:
         assert self._process is not None
         return self._process.pid
 
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
     def terminate(self) -> None:
         """SIGTERM, as an orchestrator's stop or a rolling restart sends it (no wait)."""
         assert self._process is not None

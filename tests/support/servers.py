@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import socket
+import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
+import redis
 import uvicorn
 from starlette.types import ASGIApp
 
@@ -20,6 +26,36 @@ def silent_tcp_server() -> Iterator[str]:
         yield f"127.0.0.1:{listener.getsockname()[1]}"
     finally:
         listener.close()
+
+
+@dataclass(frozen=True)
+class PrivateRedis:
+    url: str
+    process: subprocess.Popen[bytes]
+
+
+@contextlib.contextmanager
+def private_redis_server(directory: Path) -> Iterator[PrivateRedis]:
+    """A Redis of its own on a free port, keeping nothing on disk: a test can stop it mid-turn
+    without touching anything else, and a benchmark measures on a quiet one."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is required (scripts/services.sh installs it)")
+    port = free_port()
+    command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    process = subprocess.Popen([*command, "--dir", str(directory)], stdout=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        for _ in range(100):
+            try:
+                redis.Redis.from_url(url).ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        yield PrivateRedis(url, process)
+    finally:
+        process.kill()
+        process.wait()
 
 
 def free_port() -> int:

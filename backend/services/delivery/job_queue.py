@@ -55,6 +55,7 @@ COMPACT_AHEAD = "compact_ahead"
 MAX_TURN_ATTEMPTS = 2
 # How often the upkeep job looks for stalled jobs (cron, seconds in the 6th column).
 STALLED_CRON = "* * * * * */2"
+RETRY_STALLED = "retry_stalled"
 PRUNE_CRON = "17 * * * *"
 NO_WORKER_RETRY_SECONDS = 5
 # A worker that stopped on a database error starts again after this long.
@@ -76,8 +77,23 @@ def conversation_lock(conversation_id: int) -> str:
     return f"conversation:{conversation_id}"
 
 
+class RoutineJobs(logging.Filter):
+    """Keeps the stalled-job check, which runs every 2 s, out of the info log: its deferral,
+    start and success lines would be most of a worker's log. Its warnings still show."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        job = getattr(record, "job", None)
+        routine = isinstance(job, dict) and job.get("task_name") == RETRY_STALLED
+        return record.levelno >= logging.WARNING or not routine
+
+
+_ROUTINE_JOBS = RoutineJobs()
+
+
 def create_queue(database_url: str, *, max_connections: int = 4) -> App:
     """The queue's app; `open_async` it before use."""
+    for name in ("procrastinate.periodic", "procrastinate.worker", "procrastinate.worker.upkeep"):
+        logging.getLogger(name).addFilter(_ROUTINE_JOBS)
     return App(
         connector=PsycopgConnector(conninfo=conninfo(database_url), min_size=1, max_size=max_connections)
     )
@@ -219,7 +235,7 @@ class QueueWorker:
         )(self.run_turn)
         app.task(name=COMPACT_AHEAD, queue=TURNS_QUEUE)(self.compact_ahead)
         app.periodic(cron=STALLED_CRON)(
-            app.task(name="retry_stalled", queue=UPKEEP_QUEUE, queueing_lock="retry_stalled")(
+            app.task(name=RETRY_STALLED, queue=UPKEEP_QUEUE, queueing_lock=RETRY_STALLED)(
                 self.retry_stalled
             )
         )
@@ -308,7 +324,6 @@ class QueueWorker:
                 install_signal_handlers=signals,
                 update_heartbeat_interval=beat,
                 stalled_worker_timeout=options.restart_after_seconds,
-                abort_job_polling_interval=1.0,
                 delete_jobs="successful",
             )
 
