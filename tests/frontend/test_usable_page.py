@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.frontend.actions import start
+from tests.frontend.actions import send, start, wait_finished
 from tests.support.browser import Stack, seed_conversation, user
+from tests.support.scripted_provider import text
 
 pytestmark = pytest.mark.browser
 
@@ -22,3 +23,23 @@ def test_a_search_snippet_keeps_the_spaces_around_the_match(page: Page, stack: S
     hit = page.get_by_role("region", name="Messages found").locator(".hit-snippet")
     expect(hit.locator("mark")).to_have_text("xray yankee")
     expect(hit).to_contain_text("juliet xray yankee lima")
+
+
+def test_a_dialog_closes_the_meters_breakdown(page: Page, stack: Stack, username: str) -> None:
+    start(page, stack, username)
+    stack.provider.script(text("Noted."))
+    send(page, "Hello")
+    wait_finished(page)
+    breakdown = page.locator("#meter-details")
+    meter = page.locator("#context-meter .meter-button")
+    dialogs = {"What the model sees": "What the model sees", "Share": "Share this conversation"}
+    for opener, name in dialogs.items():
+        meter.click()
+        expect(breakdown).to_be_visible()
+        page.get_by_role("button", name=opener, exact=True).click()
+        dialog = page.get_by_role("dialog", name=name)
+        expect(dialog).to_be_visible()
+        expect(breakdown).to_be_hidden()
+        expect(meter).to_have_attribute("aria-expanded", "false")
+        page.keyboard.press("Escape")
+        expect(dialog).to_be_hidden()
