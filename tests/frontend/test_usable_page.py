@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.frontend.actions import send, start, wait_finished
+from tests.frontend.actions import composer, send, start, wait_finished
 from tests.support.browser import Stack, seed_conversation, user
 from tests.support.scripted_provider import text
 
@@ -43,3 +43,14 @@ def test_a_dialog_closes_the_meters_breakdown(page: Page, stack: Stack, username
         expect(meter).to_have_attribute("aria-expanded", "false")
         page.keyboard.press("Escape")
         expect(dialog).to_be_hidden()
+
+
+def test_the_skip_link_is_the_first_tab_stop(page: Page, stack: Stack, username: str) -> None:
+    start(page, stack, username)
+    expect(composer(page)).to_be_enabled()  # the page's script has run
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Skip to the message box")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(composer(page)).to_be_focused()
+    page.get_by_role("button", name="New chat").click()
+    expect(composer(page)).to_be_focused()  # a new chat still starts in the message box
