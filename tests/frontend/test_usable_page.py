@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.frontend.actions import composer, send, start, wait_finished
-from tests.support.browser import Stack, seed_conversation, user
+from tests.support.browser import Stack, assistant, seed_conversation, user
 from tests.support.scripted_provider import text
 
 pytestmark = pytest.mark.browser
@@ -54,3 +54,49 @@ def test_the_skip_link_is_the_first_tab_stop(page: Page, stack: Stack, username:
     expect(composer(page)).to_be_focused()
     page.get_by_role("button", name="New chat").click()
     expect(composer(page)).to_be_focused()  # a new chat still starts in the message box
+
+
+BOLD = "Please make this **bold**"
+PAYLOAD = 'Look: <img src="/x.png" onerror="window.pwned=1"><script>window.pwned=2</script> **done**'
+
+
+def assert_rendered_and_inert(page: Page) -> None:
+    bodies = page.locator(".msg.user .msg-body")
+    expect(bodies).to_have_count(2)
+    expect(bodies.nth(0).locator("strong")).to_have_text("bold")
+    expect(bodies.nth(0)).to_have_text("Please make this bold")
+    expect(bodies.nth(1).locator("strong")).to_have_text("done")
+    # What looks like HTML is the user's text: shown as typed, never run.
+    expect(bodies.nth(1)).to_contain_text('<img src="/x.png" onerror="window.pwned=1">')
+    assert bodies.locator("img, script").count() == 0
+    page.wait_for_timeout(300)
+    assert page.evaluate("window.pwned") is None
+
+
+def test_a_user_message_renders_its_markdown_inert_on_the_chat_page(
+    page: Page, stack: Stack, username: str
+) -> None:
+    start(page, stack, username)
+    cid = seed_conversation(
+        stack.database_url, username, "Styled", [user(BOLD), assistant("Fine."), user(PAYLOAD)]
+    )
+    page.goto(f"{stack.base_url}/c/{cid}")
+    assert_rendered_and_inert(page)
+    # The text as typed stays one click away: Edit shows it, Copy copies it.
+    first = page.locator(".msg.user").first
+    assert first.evaluate("el => el.view.copyText()") == BOLD
+    first.get_by_role("button", name="Edit").click()
+    expect(first.get_by_role("textbox", name="Edit your message")).to_have_value(BOLD)
+
+
+def test_a_user_message_renders_its_markdown_inert_on_the_share_page(
+    page: Page, stack: Stack, username: str
+) -> None:
+    client = start(page, stack, username)
+    cid = seed_conversation(
+        stack.database_url, username, "Styled", [user(BOLD), assistant("Fine."), user(PAYLOAD)]
+    )
+    link = client.post(f"/api/conversations/{cid}/shares", json={"include_attachments": False})
+    assert link.status_code == 201, link.text
+    page.goto(f"{stack.base_url}/s/{link.json()['token']}")
+    assert_rendered_and_inert(page)

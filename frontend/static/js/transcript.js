@@ -3,7 +3,7 @@
 // (SPEC 2); an assistant message being written is built from stream events, then replaced by
 // the stored message when the turn completes.
 import { fileIcon, formatBytes, formatInt, formatTime, h } from "./format.js";
-import { MarkdownStream, renderMarkdown } from "./markdown.js";
+import { AS_TYPED, MarkdownStream, renderMarkdown } from "./markdown.js";
 import { errorMessage } from "./errors.js";
 import { t } from "./i18n.js";
 
@@ -188,22 +188,6 @@ function messageActions(message, ...actions) {
 // A user message longer than this (characters or lines) is shown collapsed, behind "Show more".
 const COLLAPSE_CHARS = 1200;
 const COLLAPSE_LINES = 16;
-const FENCE = /```[^\n`]*\n([\s\S]*?)(?:\n```|$)|`([^`\n]+)`/g;
-
-// A user message as typed, except that code (``` fences and `inline`) renders monospace. The
-// text is never parsed as HTML: every piece is a text node.
-function userText(content) {
-  const nodes = [];
-  let last = 0;
-  for (const match of content.matchAll(FENCE)) {
-    if (match.index > last) nodes.push(content.slice(last, match.index));
-    nodes.push(match[1] != null ? h("pre", { class: "user-code" }, h("code", { text: match[1] })) : h("code", { text: match[2] }));
-    last = match.index + match[0].length;
-    if (match[1] != null && content[last] === "\n") last += 1; // the block ends the line already
-  }
-  if (last < content.length) nodes.push(content.slice(last));
-  return nodes;
-}
 
 function isLong(content) {
   return content.length > COLLAPSE_CHARS || content.split("\n").length > COLLAPSE_LINES;
@@ -212,7 +196,9 @@ function isLong(content) {
 class UserView {
   constructor(message) {
     this.message = message;
-    this.body = h("div", { class: "msg-body user-text" }, userText(message.content));
+    // Its Markdown rendered as a reply's is; Edit and Copy give the text as typed.
+    this.body = h("div", { class: "msg-body user-text md" });
+    renderMarkdown(this.body, message.content, AS_TYPED);
     this.body.hidden = !message.content; // a message of attachments only
     this.more = null;
     if (isLong(message.content)) {
