@@ -5,14 +5,22 @@ once."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from tests.frontend.actions import composer, send, start, wait_finished
+from tests.frontend.conftest import SIZES, open_page
 from tests.support.browser import Stack, assistant, seed_conversation, user
 from tests.support.scripted_provider import text
 
 pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def desktop(browser: Browser, stack: Stack) -> Iterator[Page]:
+    yield from open_page(browser, stack, **SIZES["desktop"])
 
 
 def test_a_search_snippet_keeps_the_spaces_around_the_match(page: Page, stack: Stack, username: str) -> None:
@@ -100,3 +108,35 @@ def test_a_user_message_renders_its_markdown_inert_on_the_share_page(
     assert link.status_code == 201, link.text
     page.goto(f"{stack.base_url}/s/{link.json()['token']}")
     assert_rendered_and_inert(page)
+
+
+def test_the_open_conversations_title_keeps_the_row_and_its_buttons_show_on_hover_and_focus(
+    desktop: Page, stack: Stack, username: str
+) -> None:
+    page = desktop
+    client = start(page, stack, username)
+    title = "A long conversation title about planning the spring trip to Kyoto and Nara"
+    cid = client.post("/api/conversations", json={"title": title}).json()["id"]
+    page.goto(f"{stack.base_url}/c/{cid}")
+    row = page.locator(".conv.current")
+    expect(row).to_contain_text(title)
+    actions = row.locator(".conv-actions")
+    page.mouse.move(900, 450)  # over the transcript, not the list
+    expect(actions).to_have_css("opacity", "0")
+    shown = row.locator(".conv-title").bounding_box()
+    whole = row.bounding_box()
+    assert shown is not None and whole is not None
+    assert shown["width"] > 0.8 * whole["width"], (shown, whole)
+
+    row.hover()
+    expect(actions).to_have_css("opacity", "1")
+    page.mouse.move(900, 450)
+    expect(actions).to_have_css("opacity", "0")
+
+    page.get_by_role("button", name="Archived").focus()
+    page.keyboard.press("Tab")
+    expect(row.locator(".conv-link")).to_be_focused()
+    expect(actions).to_have_css("opacity", "1")
+    page.keyboard.press("Tab")
+    expect(row.get_by_role("button", name=f"Pin “{title}”")).to_be_focused()
+    expect(actions).to_have_css("opacity", "1")
