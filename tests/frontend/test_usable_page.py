@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.frontend.actions import composer, send, start, wait_finished
+from tests.frontend.actions import composer, last_assistant, send, start, wait_finished
 from tests.frontend.conftest import SIZES, open_page
 from tests.support.browser import Stack, assistant, seed_conversation, user
 from tests.support.scripted_provider import text
@@ -140,3 +140,50 @@ def test_the_open_conversations_title_keeps_the_row_and_its_buttons_show_on_hove
     page.keyboard.press("Tab")
     expect(row.get_by_role("button", name=f"Pin “{title}”")).to_be_focused()
     expect(actions).to_have_css("opacity", "1")
+
+
+# Counts changes to the reply's text made once it is no longer busy (each would be announced
+# again), in the order they happen.
+WATCH_AFTER_BUSY = """(reply) => {
+    window.changedAfterBusy = 0;
+    let busy = reply.getAttribute("aria-busy") === "true";
+    new MutationObserver((records) => {
+        const marks = records.filter((r) => r.type === "attributes");
+        for (const r of records) {
+            if (r.type === "attributes") {
+                const next = marks[marks.indexOf(r) + 1];
+                busy = (next ? next.oldValue : reply.getAttribute("aria-busy")) === "true";
+                continue;
+            }
+            const at = r.target.nodeType === Node.ELEMENT_NODE ? r.target : r.target.parentElement;
+            if (!busy && at.closest(".msg-body")) window.changedAfterBusy += 1;
+        }
+    }).observe(reply, {
+        subtree: true, childList: true, characterData: true,
+        attributes: true, attributeFilter: ["aria-busy"], attributeOldValue: true,
+    });
+}"""
+
+
+def test_a_streaming_reply_is_announced_politely_once(page: Page, stack: Stack, username: str) -> None:
+    start(page, stack, username)
+    words = " ".join(f"word{n}" for n in range(60))
+    stack.provider.script(text(words, token_delay=0.03))
+    send(page, "Count for me")
+    reply = last_assistant(page)
+    expect(reply).to_have_attribute("data-status", "running")
+    expect(reply).to_have_attribute("aria-busy", "true")
+    reply.evaluate(WATCH_AFTER_BUSY)
+    # The reply is its own polite live region (the rest of the transcript is not one), read as a whole
+    # once it is written, not piece by piece.
+    assert reply.evaluate("el => el.closest('[aria-live]') === el")
+    expect(reply).to_have_attribute("aria-live", "polite")
+    expect(reply).not_to_have_attribute("aria-atomic", "true")
+    expect(reply.locator(".md")).to_contain_text("word5")
+    expect(reply).to_have_attribute("aria-busy", "true")
+
+    wait_finished(page)
+    expect(reply).to_have_attribute("aria-busy", "false")
+    expect(reply).to_have_attribute("aria-live", "polite")
+    expect(reply.locator(".md")).to_have_text(words)
+    assert page.evaluate("window.changedAfterBusy") == 0

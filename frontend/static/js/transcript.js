@@ -309,15 +309,17 @@ class AssistantView {
     return this.message.result?.value ?? this.streamed;
   }
 
+  // A reply being written is a polite live region, busy until it ends: read once, as a whole,
+  // not token by token.
   setStatus(status) {
     this.element.dataset.status = status;
     this.regenerateButton.textContent = RETRIED.has(status) ? t("Retry") : ACTION_LABELS.regenerate;
+    if (status === "running") this.element.setAttribute("aria-live", "polite");
     this.element.setAttribute("aria-busy", String(status === "running"));
   }
 
   render(message) {
     this.message = message;
-    this.setStatus(message.status);
     const result = message.result ?? {};
     this.showModel();
     this.model.hidden = !result.model;
@@ -336,6 +338,7 @@ class AssistantView {
       children.push(div);
     }
     this.blocks.replaceChildren(...children);
+    this.setStatus(message.status); // after the final text is in: a finished reply is read once
     this.current = null;
     this.tools = new Map([...this.blocks.querySelectorAll("details.tool")].map((el) => [el.dataset.callId, el]));
     const error = result.error;
