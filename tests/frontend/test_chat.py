@@ -69,7 +69,8 @@ def test_register_log_in_and_watch_a_reply_stream(page: Page, stack: Stack, user
     wait_finished(page)
 
     cid = conversation_id(page)
-    expect(page.locator(".msg.user .msg-body")).to_have_text("Kyoto in spring?\nTwo days only.")
+    asked = page.locator(".msg.user .msg-body")
+    expect(asked).to_have_text("Kyoto in spring?\nTwo days only.", use_inner_text=True)
     expect(page.locator("#conversation-title")).to_have_text("Kyoto in spring?")
     expect(page.locator(f'.conv[data-id="{cid}"]')).to_contain_text("Kyoto in spring?")
     expect(reply.locator("strong")).to_have_text("cherry blossoms")

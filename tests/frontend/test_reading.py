@@ -35,11 +35,11 @@ def test_long_user_messages_collapse_and_code_is_monospace(sized: Page, stack: S
     # Collapsed, the 60-line paste takes a few lines of the screen, not all of it.
     assert collapsed["height"] < 0.45 * page.viewport_size["height"]  # type: ignore[index]
 
-    code = body.locator("pre.user-code code")
+    code = body.locator(".codeblock pre code")
     expect(code).to_have_text(PASTED_LOG)
     font = code.evaluate("el => getComputedStyle(el).fontFamily")
     assert "mono" in font.lower()
-    inline = body.locator(":scope > code")
+    inline = body.locator("p > code")
     expect(inline).to_have_text("worker-3")
     assert "mono" in inline.evaluate("el => getComputedStyle(el).fontFamily").lower()
     # What looks like HTML stays text.

@@ -72,7 +72,7 @@ def snippet(text: str, query: str) -> Snippet:
     """The first occurrence of `query` in `text` with some text on each side, on one line."""
     found = re.search(re.escape(query), text, re.IGNORECASE)
     if found is None:  # the database folded case differently: show the start
-        return Snippet("", "", _one_line(text[: 2 * SNIPPET_CONTEXT]))
+        return Snippet("", "", _one_line(text[: 2 * SNIPPET_CONTEXT]).strip())
     start, end = found.span()
     before = text[max(0, start - SNIPPET_CONTEXT) : start]
     after = text[end : end + SNIPPET_CONTEXT]
@@ -84,7 +84,9 @@ def snippet(text: str, query: str) -> Snippet:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split()) if text.strip() else text
+    """Each run of white space as one space, those at the ends included: the space between
+    the match and its neighbours stays."""
+    return re.sub(r"\s+", " ", text)
 
 
 def clean_query(query: str) -> str:

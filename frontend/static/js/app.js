@@ -175,7 +175,6 @@ async function load(id) {
     picker.show(null);
     instructions.newChat();
     showTitle(null);
-    composer.focus();
     return;
   }
   $("empty-state").hidden = true;
@@ -507,7 +506,12 @@ document.addEventListener("click", (event) => {
   if (exportMenu.open && !exportMenu.contains(event.target)) exportMenu.open = false;
 });
 
-$("new-conversation").addEventListener("click", () => navigate(null));
+// A new chat starts in the message box; a page just loaded leaves the focus to the reader, so the
+// first Tab reaches the skip link.
+$("new-conversation").addEventListener("click", async () => {
+  await navigate(null);
+  composer.focus();
+});
 $("logout").addEventListener("click", () => logout());
 window.addEventListener("popstate", () => {
   const match = location.pathname.match(/^\/c\/(\d+)$/);

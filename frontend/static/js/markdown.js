@@ -14,6 +14,18 @@ const marked = new Marked({ gfm: true, breaks: false });
 // Invalid TeX is shown as its source, not an error; "$5 and $10" is no math (the extension
 // wants no space inside the dollars and one after the closing one).
 marked.use(markedKatex({ output: "mathml", throwOnError: false }));
+// A user's message renders AS_TYPED: the same Markdown and sanitizer as a reply, but its line
+// breaks stay, and what looks like HTML in it is the user's text (shown as typed), not markup.
+marked.use({
+  renderer: {
+    html(token) {
+      if (!this.options.typed) return false;
+      const text = this.text({ text: token.text });
+      return token.block ? `<p>${text}</p>` : text;
+    },
+  },
+});
+export const AS_TYPED = { breaks: true, typed: true };
 // Auto-detecting the language of long code is slow; such blocks stay plain.
 const AUTO_HIGHLIGHT_LIMIT = 4000;
 
@@ -24,8 +36,8 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
   }
 });
 
-export function markdownToHtml(text) {
-  return DOMPurify.sanitize(marked.parse(text), { USE_PROFILES: { html: true, mathMl: true } });
+export function markdownToHtml(text, options = {}) {
+  return DOMPurify.sanitize(marked.parse(text, options), { USE_PROFILES: { html: true, mathMl: true } });
 }
 
 function decorateCode(container, highlight) {
@@ -48,9 +60,10 @@ function decorateCode(container, highlight) {
   }
 }
 
-// Renders complete Markdown into `element` (replacing its content), code highlighted.
-export function renderMarkdown(element, text) {
-  element.innerHTML = markdownToHtml(text);
+// Renders complete Markdown into `element` (replacing its content), code highlighted;
+// `options` are marked's (a user's message: AS_TYPED).
+export function renderMarkdown(element, text, options = {}) {
+  element.innerHTML = markdownToHtml(text, options);
   decorateCode(element, true);
 }
 

@@ -86,6 +86,10 @@ export class ContextMeter {
         this.button.focus();
       }
     });
+    // Closed once the focus is elsewhere: another control, or a dialog (the model view's too) opening over the page.
+    document.addEventListener("focusin", (event) => {
+      if (!this.root.contains(event.target)) this.toggle(false);
+    });
     this.root.replaceChildren(this.button, this.details);
   }
 

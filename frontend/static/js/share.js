@@ -1,6 +1,6 @@
 // A shared conversation (`/s/{token}`): the read-only snapshot the server put in the page, shown
 // with the chat's own Markdown rendering; no account, no API calls.
-import { renderMarkdown } from "./markdown.js";
+import { AS_TYPED, renderMarkdown } from "./markdown.js";
 import { formatBytes, formatTime, h } from "./format.js";
 import { t } from "./i18n.js";
 
@@ -10,7 +10,10 @@ const shared = JSON.parse(document.getElementById("boot").textContent);
 function messageElement(message) {
   const body = h("div", { class: "msg-body" });
   if (message.role === "assistant") renderMarkdown(body, message.text);
-  else body.append(h("p", { class: "user-text", text: message.text }));
+  else {
+    body.classList.add("user-text", "md");
+    renderMarkdown(body, message.text, AS_TYPED);
+  }
   const head = h(
     "div",
     { class: "msg-head" },

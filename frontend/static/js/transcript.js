@@ -3,7 +3,7 @@
 // (SPEC 2); an assistant message being written is built from stream events, then replaced by
 // the stored message when the turn completes.
 import { fileIcon, formatBytes, formatInt, formatTime, h } from "./format.js";
-import { MarkdownStream, renderMarkdown } from "./markdown.js";
+import { AS_TYPED, MarkdownStream, renderMarkdown } from "./markdown.js";
 import { errorMessage } from "./errors.js";
 import { t } from "./i18n.js";
 
@@ -188,22 +188,6 @@ function messageActions(message, ...actions) {
 // A user message longer than this (characters or lines) is shown collapsed, behind "Show more".
 const COLLAPSE_CHARS = 1200;
 const COLLAPSE_LINES = 16;
-const FENCE = /```[^\n`]*\n([\s\S]*?)(?:\n```|$)|`([^`\n]+)`/g;
-
-// A user message as typed, except that code (``` fences and `inline`) renders monospace. The
-// text is never parsed as HTML: every piece is a text node.
-function userText(content) {
-  const nodes = [];
-  let last = 0;
-  for (const match of content.matchAll(FENCE)) {
-    if (match.index > last) nodes.push(content.slice(last, match.index));
-    nodes.push(match[1] != null ? h("pre", { class: "user-code" }, h("code", { text: match[1] })) : h("code", { text: match[2] }));
-    last = match.index + match[0].length;
-    if (match[1] != null && content[last] === "\n") last += 1; // the block ends the line already
-  }
-  if (last < content.length) nodes.push(content.slice(last));
-  return nodes;
-}
 
 function isLong(content) {
   return content.length > COLLAPSE_CHARS || content.split("\n").length > COLLAPSE_LINES;
@@ -212,7 +196,9 @@ function isLong(content) {
 class UserView {
   constructor(message) {
     this.message = message;
-    this.body = h("div", { class: "msg-body user-text" }, userText(message.content));
+    // Its Markdown rendered as a reply's is; Edit and Copy give the text as typed.
+    this.body = h("div", { class: "msg-body user-text md" });
+    renderMarkdown(this.body, message.content, AS_TYPED);
     this.body.hidden = !message.content; // a message of attachments only
     this.more = null;
     if (isLong(message.content)) {
@@ -323,15 +309,17 @@ class AssistantView {
     return this.message.result?.value ?? this.streamed;
   }
 
+  // A reply being written is a polite live region, busy until it ends: read once, as a whole,
+  // not token by token.
   setStatus(status) {
     this.element.dataset.status = status;
     this.regenerateButton.textContent = RETRIED.has(status) ? t("Retry") : ACTION_LABELS.regenerate;
+    if (status === "running") this.element.setAttribute("aria-live", "polite");
     this.element.setAttribute("aria-busy", String(status === "running"));
   }
 
   render(message) {
     this.message = message;
-    this.setStatus(message.status);
     const result = message.result ?? {};
     this.showModel();
     this.model.hidden = !result.model;
@@ -350,6 +338,7 @@ class AssistantView {
       children.push(div);
     }
     this.blocks.replaceChildren(...children);
+    this.setStatus(message.status); // after the final text is in: a finished reply is read once
     this.current = null;
     this.tools = new Map([...this.blocks.querySelectorAll("details.tool")].map((el) => [el.dataset.callId, el]));
     const error = result.error;
