@@ -52,6 +52,17 @@ def send(page: Page, text: str) -> None:
     expect(replies).to_have_count(before + 1)
 
 
+def conversation_actions(page: Page) -> Locator:
+    """The open conversation's header actions (Instructions, Share, Export, ...), shown: on a
+    narrow screen they are behind the header's menu button, which this opens."""
+    menu = page.get_by_role("button", name="Conversation actions")
+    if menu.is_visible() and menu.get_attribute("aria-expanded") != "true":
+        menu.click()
+    actions = page.locator("#header-actions")
+    expect(actions).to_be_visible()
+    return actions
+
+
 def last_assistant(page: Page) -> Locator:
     return page.locator(".msg.assistant").last
 

@@ -292,3 +292,68 @@ def test_the_boundary_sits_where_the_stored_record_says_the_kept_tail_starts(
     line.locator("summary").click()
     expect(line.locator(".summary-text")).to_have_text(newest["summary_text"])
     screenshot(page, "compaction-boundary-live")
+
+
+def _drawn(page: Page) -> tuple[list[tuple[int, int]], list[int]]:
+    """Where the page draws its boundaries (their place among the transcript's children, and
+    the message right below each), and the messages marked as summarized."""
+    return page.locator("#messages").evaluate(
+        """list => [
+            [...list.querySelectorAll(':scope > .boundary')].map(b =>
+                [[...list.children].indexOf(b), Number(b.nextElementSibling.dataset.messageId)]),
+            [...list.querySelectorAll('.msg.is-summarized')].map(m => Number(m.dataset.messageId)),
+        ]"""
+    )
+
+
+def test_a_turn_after_a_compaction_ahead_of_time_draws_its_boundary_live(
+    page: Page, stack: Stack, username: str
+) -> None:
+    """The summary made between two turns is drawn by the next turn, as its meter falls to the
+    checkpoint, where a reload draws it: above the first message kept verbatim, the messages
+    above it marked "summarized for the model"."""
+    client = start(page, stack, username)
+    for turn in range(2):
+        send(page, f"Turn {turn}: " + "apple " * 900)
+        wait_finished(page)
+    cid = conversation_id(page)
+    crossing = [m for m in stored(client, cid) if m["role"] == "assistant"][-1]
+
+    def made_ahead() -> list[dict[str, Any]]:
+        reply = next(m for m in stored(client, cid) if m["message_id"] == crossing["message_id"])
+        return [r for r in reply["result"].get("context_compactions", []) if r["status"] == "completed"]
+
+    # The job after the second turn has stored its summary before the next send (so that turn
+    # does not wait for it); the next turn is short, so no job is due after it and a reload
+    # draws the same records as the live page.
+    for _ in range(150):
+        if made_ahead():
+            break
+        page.wait_for_timeout(100)
+    [record] = made_ahead()
+    assert record["strategy"] == "summary_ahead" and record["first_kept_message_id"], record
+    expect(page.locator(".boundary")).to_have_count(0)
+    before = meter_used(page)
+    stack.provider.script(text("Noted.", first_token_delay=4.0))
+    send(page, "Turn 2: and now?")
+    # Drawn while the reply is still being written, as the meter falls to the checkpoint.
+    expect(page.locator(".boundary")).to_have_count(1)
+    expect(last_assistant(page)).to_have_attribute("data-status", "running")
+    fallen = "before => Number(document.querySelector('#context-meter [role=meter]').ariaValueNow) < before"
+    page.wait_for_function(fallen, arg=before)
+    live = _drawn(page)
+    boundaries, summarized = live
+    assert [below for _, below in boundaries] == [record["first_kept_message_id"]], live
+    assert summarized == list(range(1, record["first_kept_message_id"])), live
+    # A reload while it runs draws the stored record and replays the turn's stream: one line.
+    page.reload()
+    expect(last_assistant(page)).to_have_attribute("data-status", "running")
+    page.wait_for_function(fallen, arg=before)
+    expect(page.locator(".boundary")).to_have_count(1)
+    assert _drawn(page) == live
+    wait_finished(page)
+    assert _drawn(page) == live
+    page.reload()
+    expect(last_assistant(page)).to_have_attribute("data-status", "completed")
+    expect(page.locator(".boundary")).to_have_count(1)
+    assert _drawn(page) == live

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, Route, expect
 
-from tests.frontend.actions import composer, conversation_id, send, start, stored, wait_finished
+from tests.frontend.actions import (
+    composer,
+    conversation_actions,
+    conversation_id,
+    send,
+    start,
+    stored,
+    wait_finished,
+)
 from tests.frontend.conftest import screenshot
 from tests.support.browser import Stack, assistant, seed_conversation, user
 from tests.support.scripted_provider import text
@@ -94,7 +102,7 @@ def test_export_markdown_and_json_downloads(page: Page, stack: Stack, username: 
     stack.provider.script(text("**Tokyo** is big."))
     send(page, "Tell me about Tokyo")
     wait_finished(page)
-    page.locator("#export-menu summary").click()
+    conversation_actions(page).locator("#export-menu summary").click()
     with page.expect_download() as markdown:
         page.get_by_role("link", name="Markdown (.md)").click()
     saved = tmp_path / "export.md"
@@ -102,7 +110,7 @@ def test_export_markdown_and_json_downloads(page: Page, stack: Stack, username: 
     exported = saved.read_text()
     assert markdown.value.suggested_filename == "Tell me about Tokyo.md"
     assert "## You" in exported and "Tell me about Tokyo" in exported and "**Tokyo** is big." in exported
-    page.locator("#export-menu summary").click()
+    conversation_actions(page).locator("#export-menu summary").click()
     with page.expect_download() as as_json:
         page.get_by_role("link", name="JSON (.json)").click()
     document = json.loads(Path(as_json.value.path()).read_text())

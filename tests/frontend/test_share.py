@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.frontend.actions import send, start, wait_finished
+from tests.frontend.actions import conversation_actions, send, start, wait_finished
 from tests.frontend.conftest import screenshot
 from tests.support.browser import Stack
 from tests.support.scripted_provider import text
@@ -24,7 +24,7 @@ def test_a_shared_link_reads_without_an_account_until_revoked(
     send(page, "Area of a circle?")
     wait_finished(page)
 
-    page.get_by_role("button", name="Share").click()
+    conversation_actions(page).get_by_role("button", name="Share").click()
     dialog = page.get_by_role("dialog", name="Share this conversation")
     dialog.get_by_role("button", name="Create link").click()
     link = dialog.get_by_role("textbox", name="Share link")
@@ -49,7 +49,7 @@ def test_a_shared_link_reads_without_an_account_until_revoked(
         expect(shared.locator("body")).not_to_contain_text("Something I do not share")
         screenshot(shared, f"share-page-{page.viewport_size['width']}")  # type: ignore[index]
 
-        page.get_by_role("button", name="Share").click()
+        conversation_actions(page).get_by_role("button", name="Share").click()
         dialog = page.get_by_role("dialog", name="Share this conversation")
         expect(dialog.get_by_role("textbox", name="Share link")).to_have_value(url)
         dialog.get_by_role("button", name="Revoke").click()

@@ -5,13 +5,14 @@ once."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.frontend.actions import composer, last_assistant, send, start, wait_finished
-from tests.frontend.conftest import SIZES, open_page
+from tests.frontend.actions import composer, last_assistant, metrics, send, start, wait_finished
+from tests.frontend.conftest import SIZES, open_page, screenshot
 from tests.support.browser import Stack, assistant, seed_conversation, user
 from tests.support.scripted_provider import text
 
@@ -187,3 +188,112 @@ def test_a_streaming_reply_is_announced_politely_once(page: Page, stack: Stack, 
     expect(reply).to_have_attribute("aria-live", "polite")
     expect(reply.locator(".md")).to_have_text(words)
     assert page.evaluate("window.changedAfterBusy") == 0
+
+
+@pytest.fixture
+def phone(browser: Browser, stack: Stack) -> Iterator[Page]:
+    yield from open_page(browser, stack, **SIZES["phone"])
+
+
+PLANS = "Planning the spring trip to Kyoto and Nara"
+# The token figures of the meter's label ("1.7k / 4.1k", "1,700 / 4,096").
+TOKENS = re.compile(r"\d[\d.,]*k? / \d[\d.,]*k?")
+
+
+def open_planned_conversation(page: Page, stack: Stack, username: str) -> None:
+    """A conversation whose reply left a context snapshot, so the meter shows figures."""
+    start(page, stack, username)
+    reply = assistant("Day 1: Fushimi Inari.", context_metrics=metrics(1700, "normal"))
+    cid = seed_conversation(stack.database_url, username, PLANS, [user("Plan day 1"), reply])
+    page.goto(f"{stack.base_url}/c/{cid}")
+    expect(page.locator(".msg")).to_have_count(2)
+    expect(page.locator("#context-meter")).to_have_attribute("data-state", "normal")
+
+
+def test_on_a_phone_the_header_keeps_one_row_with_its_actions_in_a_menu(
+    phone: Page, stack: Stack, username: str
+) -> None:
+    page = phone
+    open_planned_conversation(page, stack, username)
+    header = page.locator("header.toolbar")
+    box = header.bounding_box()
+    assert box is not None and box["height"] < 70, box
+    # The title has the room for more than its first word.
+    title = page.locator("#conversation-title")
+    two_words = title.evaluate(
+        """el => { const range = document.createRange(); const text = el.firstChild;
+            range.setStart(text, 0); range.setEnd(text, text.data.indexOf(" ", text.data.indexOf(" ") + 1));
+            return range.getBoundingClientRect().width; }"""
+    )
+    assert title.evaluate("el => el.clientWidth") > two_words
+    # The meter still says how many tokens, not only how much is left.
+    expect(page.locator("#context-meter .meter-text")).to_have_text(TOKENS, use_inner_text=True)
+    # The placeholder fits on one line.
+    box_height, line = page.locator("#message-input").evaluate(
+        """el => { const style = getComputedStyle(el);
+            return [el.scrollHeight - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom),
+                    parseFloat(style.lineHeight)]; }"""
+    )
+    assert box_height < 1.5 * line, (box_height, line)
+
+    # Share and Export are behind one menu button.
+    share = page.get_by_role("button", name="Share")
+    expect(share).to_be_hidden()
+    expect(page.locator("#export-menu")).to_be_hidden()
+    menu = page.get_by_role("button", name="Conversation actions")
+    expect(menu).to_have_attribute("aria-haspopup", "true")
+    expect(menu).to_have_attribute("aria-expanded", "false")
+    menu.click()
+    expect(menu).to_have_attribute("aria-expanded", "true")
+    expect(page.get_by_role("button", name="Instructions")).to_be_focused()
+    page.keyboard.press("ArrowDown")
+    expect(share).to_be_focused()
+    box = header.bounding_box()
+    assert box is not None and box["height"] < 70, box  # the menu drops over the transcript
+    screenshot(page, "phone-header-menu")
+    page.keyboard.press("Escape")
+    expect(share).to_be_hidden()
+    expect(menu).to_have_attribute("aria-expanded", "false")
+    expect(menu).to_be_focused()
+
+    # Share works from the menu; its dialog closed, the focus is back on the menu button.
+    menu.click()
+    share.click()
+    dialog = page.get_by_role("dialog", name="Share this conversation")
+    dialog.get_by_role("button", name="Create link").click()
+    expect(dialog.get_by_role("textbox", name="Share link")).to_have_value(re.compile(r"/s/"))
+    page.keyboard.press("Escape")
+    expect(dialog).to_have_count(0)
+    expect(menu).to_be_focused()
+    expect(share).to_be_hidden()
+
+    # So does Export; Escape in its list closes only the list.
+    menu.click()
+    page.locator("#export-menu summary").click()
+    page.keyboard.press("Escape")
+    expect(page.get_by_role("link", name="Markdown (.md)")).to_be_hidden()
+    expect(menu).to_have_attribute("aria-expanded", "true")
+    page.locator("#export-menu summary").click()
+    with page.expect_download() as markdown:
+        page.get_by_role("link", name="Markdown (.md)").click()
+    assert markdown.value.suggested_filename == f"{PLANS}.md"
+    expect(menu).to_have_attribute("aria-expanded", "false")
+    expect(page.locator("#export-menu")).to_be_hidden()
+
+
+def test_on_a_desktop_the_header_shows_its_actions(desktop: Page, stack: Stack, username: str) -> None:
+    page = desktop
+    open_planned_conversation(page, stack, username)
+    expect(page.get_by_role("button", name="Conversation actions")).to_be_hidden()
+    for name in ("Instructions", "Share"):
+        expect(page.get_by_role("button", name=name)).to_be_visible()
+    expect(page.locator("#export-menu summary")).to_be_visible()
+    box = page.locator("header.toolbar").bounding_box()
+    assert box is not None and box["height"] < 70, box
+    expect(page.locator("#conversation-title")).to_have_text(PLANS)
+    expect(page.locator("#context-meter .meter-text")).to_have_text(
+        re.compile(TOKENS.pattern + r" input · \d+% left"), use_inner_text=True
+    )
+    expect(page.locator("#message-input")).to_have_attribute(
+        "placeholder", "Message… (Enter sends, Shift+Enter adds a line)"
+    )

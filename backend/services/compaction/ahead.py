@@ -15,7 +15,8 @@ The policy:
   waits for it (`wait`), relaying its `started`/`in_progress`/final statuses on the turn's own
   stream (the meter shows "compacting", heartbeats keep the stream alive), and then starts from
   the new checkpoint. Stopping that turn ends its wait (the turn ends cancelled at once), not
-  the job.
+  the job. A turn that starts after the job ended still relays its completed record first, so
+  the page draws the boundary as that turn's meter falls to the checkpoint.
 - The job is cancelled only when the process shuts down (`stop`); then nothing is stored.
 - A refused turn, a deleted conversation or a deleted or disabled owner gets no job; a conversation
   deleted while the job runs gets nothing stored (checked again in the storing transaction).

@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import KeysView, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from sqlalchemy import delete, select
@@ -24,13 +25,21 @@ from backend.services.dashboard import rollups
 from backend.services.delivery import turn_endings, turns
 from backend.services.delivery.broker import LocalBroker
 from backend.services.delivery.capabilities import CapabilityIssuer
-from backend.services.delivery.event_log import EventWriter, LogWriteFailed, latest_seq
+from backend.services.delivery.event_log import EventWriter, LogWriteFailed, TurnLog, latest_seq
 from backend.services.delivery.relay import Relay
 from backend.services.delivery.stream_events import Restarted, relayed
 from backend.services.records import attachments
 from backend.services.records.history import resolve_history
 from backend.services.records.titles import GeneratedTitles
-from chat_shell.contracts import AttachmentRef, CompactionStatusSink, TurnRequest, TurnRuntime, UserInput
+from chat_shell.contracts import (
+    AttachmentRef,
+    CompactionRecord,
+    CompactionStatusSink,
+    ContextCompactionEvent,
+    TurnRequest,
+    TurnRuntime,
+    UserInput,
+)
 
 log = logging.getLogger(__name__)
 
@@ -183,11 +192,7 @@ class TurnHost:
                 turn_log.append(Restarted())
             async with deadline:
                 if self.ahead is not None:
-                    # A compaction ahead of time still running: wait for its checkpoint, its
-                    # statuses on this turn's stream (stored with the turn it follows).
-                    await self.ahead.wait(
-                        started.conversation_id, lambda event: turn_log.append(relayed(event)), job.cancel
-                    )
+                    await self._after_ahead(started, turn_log, job.cancel)
                 request = await self._build_request(started, model)
                 async for event in self.runtime.run(request, job.cancel):
                     relay.forward(event)
@@ -221,6 +226,42 @@ class TurnHost:
             if self.titles is not None and relay.finished:
                 self.titles.schedule(started, model)
             job.done.set()
+
+    async def _after_ahead(self, started: turns.StartedTurn, turn_log: TurnLog, stop: asyncio.Event) -> None:
+        """Before the turn runs: a compaction ahead of time still running is waited for, its
+        statuses on this turn's stream (stored with the turn it follows). Then the stream
+        carries each completed one the history opens with that it has not shown, even when the
+        job ended before this turn: the page draws the boundary as the meter falls, not only
+        after a reload."""
+        assert self.ahead is not None
+        shown: set[datetime] = set()
+
+        def relay(event: ContextCompactionEvent) -> None:
+            if event.record.status == "completed":
+                shown.add(event.record.created_at)
+            turn_log.append(relayed(event))
+
+        await self.ahead.wait(started.conversation_id, relay, stop)
+        for record in await self._made_ahead(started):
+            if record.created_at not in shown:
+                turn_log.append(relayed(ContextCompactionEvent(record=record)))
+
+    async def _made_ahead(self, started: turns.StartedTurn) -> list[CompactionRecord]:
+        """The completed compactions ahead of time stored on the reply the turn's question
+        follows (made after that reply's turn ended)."""
+        parent_pk = started.user_message.parent_pk
+        if parent_pk is None:
+            return []
+        async with self._sessions() as db:
+            reply = await db.get(Message, parent_pk)
+            if reply is None or reply.conversation_id != started.conversation_id:
+                return []
+            records = (reply.result or {}).get("context_compactions", [])
+        return [
+            CompactionRecord.model_validate(record)
+            for record in records
+            if record.get("strategy") == "summary_ahead" and record.get("status") == "completed"
+        ]
 
     async def _end_unstored(self, turn_id: int) -> None:
         """Ends a turn whose log broke as `failed` with the text its log holds, as soon as the

@@ -4,6 +4,7 @@
 import { ApiError, api, logout } from "./api.js";
 import { Composer } from "./composer.js";
 import { titleFrom } from "./format.js";
+import { HeaderMenu } from "./header-menu.js";
 import { instrumentation, markFirstPage, recordEvent } from "./instrumentation.js";
 import { Instructions } from "./instructions.js";
 import { LocalModelNotice } from "./local-model.js";
@@ -487,6 +488,8 @@ document.addEventListener("keydown", (event) => {
   }
 });
 
+new HeaderMenu($("header-menu-button"), $("header-actions"));
+
 $("share-button").addEventListener("click", () => {
   if (state.conversation) new ShareDialog(state.conversation.id).show();
 });
@@ -498,6 +501,7 @@ exportMenu.addEventListener("click", (event) => {
 });
 exportMenu.addEventListener("keydown", (event) => {
   if (event.key === "Escape" && exportMenu.open) {
+    event.preventDefault(); // the header's menu, around it on a narrow screen, stays open
     exportMenu.open = false;
     exportMenu.querySelector("summary").focus();
   }

@@ -9,6 +9,8 @@ import { t } from "./i18n.js";
 
 const MAX_INPUT_HEIGHT = 240;
 const TOUCH = window.matchMedia("(pointer: coarse)");
+// The narrow layout of app.css: a placeholder short enough for one line.
+const NARROW = window.matchMedia("(max-width: 760px)");
 
 export class Composer {
   // hooks: send(text, attachments) -> Promise, stop() -> Promise, conversationId() -> id|null
@@ -44,6 +46,7 @@ export class Composer {
     this.input.addEventListener("input", () => this.autosize());
     this.#hint();
     TOUCH.addEventListener("change", () => this.#hint());
+    NARROW.addEventListener("change", () => this.#hint());
     this.stopButton.addEventListener("click", () => this.stop());
     this.attachButton.addEventListener("click", () => this.fileInput.click());
     this.fileInput.addEventListener("change", () => {
@@ -76,7 +79,12 @@ export class Composer {
   }
 
   #hint() {
-    this.input.placeholder = TOUCH.matches ? t("Message… (Send button sends)") : t("Message… (Enter sends, Shift+Enter adds a line)");
+    this.input.placeholder = NARROW.matches
+      ? t("Message…")
+      : TOUCH.matches
+        ? t("Message… (Send button sends)")
+        : t("Message… (Enter sends, Shift+Enter adds a line)");
+    this.autosize();
   }
 
   autosize() {

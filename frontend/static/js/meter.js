@@ -61,7 +61,9 @@ export class ContextMeter {
     this.bar = h("span", { class: "meter-bar", role: "meter", "aria-label": t("Context used"), "aria-valuemin": 0 }, this.fill, this.triggerMark);
     this.usedLabel = h("span", { class: "meter-used" });
     this.leftLabel = h("span", { class: "meter-left" });
-    this.label = h("span", { class: "meter-text" }, this.usedLabel, this.leftLabel);
+    // A narrow screen shows only the tokens, in short ("3.0k / 4.1k").
+    this.shortLabel = h("span", { class: "meter-short" });
+    this.label = h("span", { class: "meter-text" }, this.usedLabel, this.leftLabel, this.shortLabel);
     this.spinner = h("span", { class: "meter-compacting", hidden: true }, h("span", { class: "spinner", "aria-hidden": "true" }), t("Compacting context…"));
     this.button = h(
       "button",
@@ -169,6 +171,7 @@ export class ContextMeter {
     if (!m) {
       this.usedLabel.textContent = "";
       this.leftLabel.textContent = t("Context —");
+      this.shortLabel.textContent = t("Context —");
       this.fill.style.width = "0%";
       this.triggerMark.hidden = true;
       this.bar.removeAttribute("aria-valuenow");
@@ -189,6 +192,7 @@ export class ContextMeter {
     this.bar.setAttribute("aria-valuetext", t("{used} of {available} input tokens used", { used: formatInt(m.used_input), available: formatInt(m.available_input) }));
     this.usedLabel.textContent = t("{used} / {available} input · ", { used: formatTokens(m.used_input), available: formatTokens(m.available_input) });
     this.leftLabel.textContent = t("{percent} left", { percent: formatPercent(left) });
+    this.shortLabel.textContent = t("{used} / {available}", { used: formatTokens(m.used_input), available: formatTokens(m.available_input) });
     this.button.setAttribute("aria-label", t("Context usage: {used}, {percent} left, {state}", { used: usedOf(m), percent: formatPercent(left), state: STATE_LABELS[state] }));
     this.content.replaceChildren(...this.detailRows(m, state));
   }

@@ -512,10 +512,16 @@ export class Transcript {
 
   // The boundary goes above the first message the model still sees verbatim (the record's
   // `first_kept_message_id`; without one, the user message of the turn that compacted). The
-  // messages above it stay shown in full, marked as summarized.
+  // messages above it stay shown in full, marked as summarized. A record is drawn once: a turn's
+  // stream also carries the compaction made ahead of time that its history opens with, which
+  // the reply before it stores (and a reload draws from there).
   addBoundary(view, record, parent = this.list) {
     if (record.status !== "completed") return;
+    const key = `${record.strategy ?? "summary_compact"} ${record.created_at}`;
+    const drawn = `.boundary[data-record="${CSS.escape(key)}"]`;
+    if (parent.querySelector(drawn) || this.list.querySelector(drawn)) return;
     const element = boundaryElement(record, view.messageId);
+    element.dataset.record = key;
     const firstKept = record.first_kept_message_id ?? view.messageId - 1;
     const anchor = this.views.get(firstKept);
     const before = anchor && anchor.element.parentNode === parent ? anchor.element : view.element;
