@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import getpass
 import os
 import signal
@@ -32,15 +31,6 @@ def _migrate(settings: Settings) -> None:
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     command.upgrade(alembic_config(settings.resolved_database_url), "head")
-
-
-def _freeze_startup_heap() -> None:
-    """Moves every object alive now (imported modules, classes, compiled schemas: they live as
-    long as the server) into the collector's permanent generation. Otherwise every full
-    collection walks them all again: 150-290 ms pauses at about 400,000 objects on a 2-core
-    machine, each one stalling every live stream (`bench.bench_delivery`)."""
-    gc.collect()
-    gc.freeze()
 
 
 def _require_free_port(host: str, port: int) -> None:
@@ -87,7 +77,7 @@ def worker_app() -> FastAPI:
     settings = get_settings()
     configure_logging(settings.log_level, json_lines=settings.log_json)
     app = create_app(settings)
-    _freeze_startup_heap()
+    collector.freeze_startup_heap()
     collector.defer_full_collections()
     return app
 
@@ -146,7 +136,7 @@ async def _serve_app(args: argparse.Namespace, settings: Settings) -> None:
         from backend.app import create_app
 
         app = create_app(settings, local_model=local_model)
-        _freeze_startup_heap()
+        collector.freeze_startup_heap()
         collector.defer_full_collections()
         await uvicorn.Server(
             uvicorn.Config(app, host=args.host, port=args.port, log_config=None, proxy_headers=False)
@@ -195,7 +185,7 @@ def _service(args: argparse.Namespace, settings: Settings) -> None:
 
     configure_logging(settings.log_level, json_lines=settings.log_json)
     app = create_service_app(settings)
-    _freeze_startup_heap()
+    collector.freeze_startup_heap()
     uvicorn.run(app, host=args.host, port=args.port, log_config=None, proxy_headers=False)
 
 

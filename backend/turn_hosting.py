@@ -15,6 +15,7 @@ from datetime import timedelta
 from procrastinate import App
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from backend import collector
 from backend.db import check_schema, create_engine, session_factory
 from backend.logs import configure_logging
 from backend.model_catalog import configured_catalog
@@ -128,6 +129,11 @@ async def run_worker(settings: Settings, concurrency: int | None) -> None:
         stack.push_async_callback(host.stop)
         await broker.start(host.cancel_local, host.decide_local)
         worker = queue_worker(settings, queue, sessions, broker, host, compactions, concurrency)
+        # As in `serve`: a full collection stalls every turn here, so they run when none does.
+        collector.freeze_startup_heap()
+        collector.defer_full_collections()
+        collections = asyncio.create_task(collector.run_full_collections(lambda: len(host.running) > 0))
+        stack.callback(collections.cancel)
         running = asyncio.create_task(worker.run(signals=True), name="queue-worker")
         started = asyncio.create_task(worker.started.wait())
         await asyncio.wait([running, started], return_when=asyncio.FIRST_COMPLETED)

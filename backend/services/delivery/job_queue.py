@@ -235,9 +235,7 @@ class QueueWorker:
         )(self.run_turn)
         app.task(name=COMPACT_AHEAD, queue=TURNS_QUEUE)(self.compact_ahead)
         app.periodic(cron=STALLED_CRON)(
-            app.task(name=RETRY_STALLED, queue=UPKEEP_QUEUE, queueing_lock=RETRY_STALLED)(
-                self.retry_stalled
-            )
+            app.task(name=RETRY_STALLED, queue=UPKEEP_QUEUE, queueing_lock=RETRY_STALLED)(self.retry_stalled)
         )
         app.periodic(cron=PRUNE_CRON)(
             app.task(name="prune_event_logs", queue=UPKEEP_QUEUE, queueing_lock="prune")(
