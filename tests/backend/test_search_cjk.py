@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-from sqlalchemy import event, insert, select, text
+from alembic import command
+from sqlalchemy import bindparam, event, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from backend.db import create_engine, session_factory
+from backend.db import alembic_config, create_engine, session_factory
 from backend.models import Conversation, Message, User
+from backend.models.base import JsonDoc
 from backend.services.records import search as message_search
 from tests.support import databases
 from tests.support.api import signed_in
@@ -136,6 +138,18 @@ async def test_the_index_follows_a_reply_to_its_end_and_a_message_whose_text_cha
     assert _found(question_edited) == [(cid, 1)]
     assert _found(reply_edited) == []
     assert _found(new_word) == [(cid, 2)]
+    assert await _sqlite_rows_of(database_url, RARE) in (0, None)  # nothing of the old text stays
+
+
+async def _sqlite_rows_of(url: str, gram: str) -> int | None:
+    """Rows of the SQLite CJK table for `gram`: a hit is always checked in the message's text,
+    so a row left behind is never found, but would make the table grow. (None on PostgreSQL,
+    whose index is on an expression of the row: nothing of an old text can stay.)"""
+    if not url.startswith("sqlite"):
+        return None
+    async with databases.plain_sql(url) as connection:
+        query = text("SELECT count(*) FROM message_search_cjk WHERE gram = :gram")
+        return int((await connection.execute(query, {"gram": gram})).scalar_one())
 
 
 async def _set_text(connection: AsyncConnection, cid: int, number: int, column: str, value: object) -> None:
@@ -151,8 +165,8 @@ async def _set_text(connection: AsyncConnection, cid: int, number: int, column: 
 
 
 async def test_a_message_that_goes_leaves_the_index(chat_server: str, database_url: str) -> None:
-    """A conversation removed from the database takes its messages out of the index: on SQLite
-    the next messages reuse their ids, and must not be found by the words of the old ones."""
+    """A conversation removed from the database takes its messages out of the index (on SQLite
+    the next messages even reuse their ids): they are not found, and leave nothing behind."""
     async with signed_in(chat_server, "purged") as client:
         kept = await _chat(client, "Kept", "今天在北京")
         purged = await _chat(client, "Purged", "上海的会议")
@@ -165,6 +179,71 @@ async def test_a_message_that_goes_leaves_the_index(chat_server: str, database_u
     assert _found(gone) == []
     assert _found(stays) == [(kept, 2), (kept, 1)]
     assert _found(new) == [(later, 2), (later, 1)]
+    assert await _sqlite_rows_of(database_url, RARE) in (0, None)
+
+
+async def _seed_before_0022(url: str) -> None:
+    async with databases.plain_sql(url) as connection:
+        await databases.insert_first_user(connection, "early")
+        await connection.execute(
+            text(
+                "INSERT INTO conversations (id, owner_id, title, created_at, updated_at, "
+                "next_message_id) VALUES (1, 1, 'Old', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 3)"
+            )
+        )
+        for number, role, content, result in (
+            (1, "user", "去上海的机票", None),
+            (2, "assistant", "", {"value": "已经订好了上海的酒店"}),
+        ):
+            await connection.execute(
+                text(
+                    "INSERT INTO messages (conversation_id, message_id, role, status, content, result, "
+                    "has_checkpoint, created_at, updated_at) VALUES (1, :n, :role, 'completed', "
+                    ":content, :result, false, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                ).bindparams(bindparam("result", type_=JsonDoc)),
+                {"n": number, "role": role, "content": content, "result": result},
+            )
+
+
+async def _search_as_early(url: str, query: str) -> list[int]:
+    engine = create_engine(url)
+    try:
+        async with session_factory(engine)() as db:
+            user = await db.scalar(select(User).where(User.username == "early"))
+            assert user is not None
+            return [hit.message_id for hit in await message_search.search(db, user, query, 10)]
+    finally:
+        await engine.dispose()
+
+
+async def _cjk_objects(url: str) -> list[str]:
+    """What migration 0022 creates, as far as it is there."""
+    async with databases.plain_sql(url) as connection:
+        if connection.dialect.name == "sqlite":
+            query = "SELECT name FROM sqlite_master WHERE name LIKE 'message_search_cjk%' ORDER BY name"
+        else:
+            query = (
+                "SELECT proname FROM pg_proc WHERE proname = 'message_cjk_grams' "
+                "UNION ALL SELECT relname FROM pg_class WHERE relname = 'ix_messages_search_cjk'"
+            )
+        return list((await connection.execute(text(query))).scalars())
+
+
+def test_messages_stored_before_migration_0022_are_found_and_its_downgrade_removes_it(
+    unmigrated_url: str,
+) -> None:
+    config = alembic_config(unmigrated_url)
+    command.upgrade(config, "0021")
+    asyncio.run(_seed_before_0022(unmigrated_url))
+    command.upgrade(config, "head")
+    assert asyncio.run(_search_as_early(unmigrated_url, RARE)) == [2, 1]
+    assert asyncio.run(_search_as_early(unmigrated_url, "酒")) == [2]
+    assert asyncio.run(_cjk_objects(unmigrated_url)) != []
+    command.downgrade(config, "0021")
+    assert asyncio.run(_cjk_objects(unmigrated_url)) == []
+    assert asyncio.run(_search_as_early(unmigrated_url, "上海的")) == [2, 1]
+    command.upgrade(config, "head")
+    assert asyncio.run(_search_as_early(unmigrated_url, RARE)) == [2, 1]
 
 
 # -- the CJK index is what answers ------------------------------------------------------------
