@@ -12,10 +12,10 @@ from backend.models import Base
 
 target_metadata = Base.metadata
 # The message search indexes (migrations 0010 and 0022) are kept by the database itself,
-# through triggers on SQLite (the tables `message_search` and `message_search_*`) and GIN
-# indexes on PostgreSQL; no model declares them.
+# through triggers (the tables `message_search` and `message_search_*`) and a trigram index on
+# PostgreSQL; no model declares them.
 SEARCH_INDEX_TABLE = "message_search"
-SEARCH_INDEXES = frozenset({"ix_messages_search_trgm", "ix_messages_search_cjk"})
+SEARCH_INDEX = "ix_messages_search_trgm"
 
 
 # The job queue's own schema (migration 0021): procrastinate's tables, not our models.
@@ -29,7 +29,7 @@ def _include_name(name: str | None, type_: str, parent_names: object) -> bool:
             and not name.startswith(f"{SEARCH_INDEX_TABLE}_")
             and not name.startswith(QUEUE_TABLES)
         )
-    return not (type_ == "index" and name in SEARCH_INDEXES)
+    return not (type_ == "index" and name == SEARCH_INDEX)
 
 
 def _run(connection: Connection) -> None:

@@ -4,11 +4,12 @@ Both trigram indexes (migration 0010) need 3 characters, and most Chinese words 
 query like 上海 read every message. Indexed now: each CJK character of a message's text
 (`backend.services.records.search.CJK_RANGES`) and each two of them side by side, the "grams"
 a query shorter than 3 characters is looked up by. SQLite: the table `message_search_cjk`
-(gram, message_id), walked newest first, kept current by triggers next to those of
-`message_search` (on insert, on every update of the text, on delete) and filled from the rows
-already stored. PostgreSQL: the function `message_cjk_grams(text)` and a GIN index on it over
-the same text expression as the trigram index, current by construction and filled as it is
-built.
+(gram, message_id), a row per gram, walked newest first. PostgreSQL: the table
+`message_search_cjk` (message_id, grams), a row per message with CJK text and a GIN index on
+its grams, which the planner reads for a rare gram, or joins message by message while it
+walks the newest messages for a common one. Both are kept current by triggers on messages (on
+insert, on every update of the text, on delete: SQLite's next to those of `message_search`,
+PostgreSQL's foreign key) and filled from the messages already stored.
 
 Revision ID: 0022
 Revises: 0021
@@ -69,12 +70,11 @@ def _sqlite_grams(where: str) -> str:
     )
 
 
-# The grams of a text, repeated as often as they occur (the GIN index keeps each once). COST: a
-# Chinese message takes about a millisecond, so the planner reads the index rather than
-# computing this for each message it walks.
+# The grams of a text, each once, in a PostgreSQL function (and its CJK characters found by
+# regular expressions: a run of them at a time, then each and the one after it).
 POSTGRES_GRAMS = (
-    "CREATE FUNCTION message_cjk_grams(body text) RETURNS text[] LANGUAGE sql IMMUTABLE PARALLEL SAFE "
-    "COST 1000 AS $$ SELECT coalesce(array_agg(gram), '{}') FROM ("
+    "CREATE FUNCTION message_search_cjk_grams(body text) RETURNS text[] LANGUAGE sql IMMUTABLE "
+    "PARALLEL SAFE AS $$ SELECT coalesce(array_agg(DISTINCT gram), '{}') FROM ("
     "SELECT ch.c, lead(ch.c) OVER (PARTITION BY run.n ORDER BY ch.n) AS next "
     f"FROM regexp_matches(body, '{CJK_CLASS}+', 'g') WITH ORDINALITY AS run(m, n), "
     "regexp_split_to_table(run.m[1], '') WITH ORDINALITY AS ch(c, n)) AS chars, "
@@ -82,12 +82,39 @@ POSTGRES_GRAMS = (
 )
 
 
+def _postgres_fill(where: str) -> str:
+    """Index the messages `where` selects that have a CJK character: one row each."""
+    return (
+        "INSERT INTO message_search_cjk (message_id, grams) SELECT id, grams FROM (SELECT id, "
+        f"message_search_cjk_grams({POSTGRES_TEXT}) AS grams FROM messages WHERE {where}) AS texts "
+        "WHERE cardinality(grams) > 0"
+    )
+
+
+def _upgrade_postgres() -> None:
+    op.execute(POSTGRES_GRAMS)
+    # A message's row goes with it (the foreign key); GIN finds the messages with a gram.
+    op.execute(
+        "CREATE TABLE message_search_cjk (message_id BIGINT PRIMARY KEY "
+        "REFERENCES messages (id) ON DELETE CASCADE, grams TEXT[] NOT NULL)"
+    )
+    op.execute("CREATE INDEX ix_message_search_cjk_grams ON message_search_cjk USING gin (grams)")
+    op.execute(
+        "CREATE FUNCTION message_search_cjk_keep() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "DELETE FROM message_search_cjk WHERE message_id = NEW.id; "
+        f"{_postgres_fill('id = NEW.id')}; RETURN NULL; END $$"
+    )
+    for name, when in (("insert", "INSERT"), ("update", "UPDATE OF content, result, role")):
+        op.execute(
+            f"CREATE TRIGGER message_search_cjk_{name} AFTER {when} ON messages "
+            "FOR EACH ROW EXECUTE FUNCTION message_search_cjk_keep()"
+        )
+    op.execute(_postgres_fill("true"))
+
+
 def upgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute(POSTGRES_GRAMS)
-        op.execute(
-            f"CREATE INDEX ix_messages_search_cjk ON messages USING gin (message_cjk_grams({POSTGRES_TEXT}))"
-        )
+        _upgrade_postgres()
         return
     op.execute(
         "CREATE TABLE message_search_cjk (gram TEXT NOT NULL, message_id INTEGER NOT NULL, "
@@ -112,8 +139,11 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute("DROP INDEX ix_messages_search_cjk")
-        op.execute("DROP FUNCTION message_cjk_grams(text)")
+        for trigger in ("insert", "update"):
+            op.execute(f"DROP TRIGGER message_search_cjk_{trigger} ON messages")
+        op.execute("DROP FUNCTION message_search_cjk_keep()")
+        op.execute("DROP TABLE message_search_cjk")
+        op.execute("DROP FUNCTION message_search_cjk_grams(text)")
         return
     for trigger in ("insert", "forget", "update", "delete"):
         op.execute(f"DROP TRIGGER message_search_cjk_{trigger}")

@@ -223,8 +223,9 @@ async def _cjk_objects(url: str) -> list[str]:
             query = "SELECT name FROM sqlite_master WHERE name LIKE 'message_search_cjk%' ORDER BY name"
         else:
             query = (
-                "SELECT proname FROM pg_proc WHERE proname = 'message_cjk_grams' "
-                "UNION ALL SELECT relname FROM pg_class WHERE relname = 'ix_messages_search_cjk'"
+                "SELECT proname FROM pg_proc WHERE proname LIKE 'message_search_cjk%' "
+                "UNION ALL SELECT relname FROM pg_class WHERE relname LIKE 'message_search_cjk%' "
+                "UNION ALL SELECT tgname FROM pg_trigger WHERE tgname LIKE 'message_search_cjk%'"
             )
         return list((await connection.execute(text(query))).scalars())
 

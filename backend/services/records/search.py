@@ -7,9 +7,9 @@ Substring search, CJK included, case-insensitive, every character of the query t
 most recently active conversations, then through the `pg_trgm` GIN index (from 3
 characters). Both trigram indexes need 3 characters: a shorter query with CJK characters in
 it (a two-character Chinese word) is looked up by them in the CJK index of migration 0022
-instead (SQLite: the table `message_search_cjk`, newest first; PostgreSQL: a GIN index on
-`message_cjk_grams(text)`), any other short one reads the text until enough hits. Only live
-conversations of the asking user are searched.
+instead (the table `message_search_cjk`: on SQLite walked newest first, on PostgreSQL after
+the recent conversations, like the trigram index), any other short one reads the text until
+enough hits. Only live conversations of the asking user are searched.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from sqlalchemy import (
     literal_column,
     select,
     table,
-    type_coerce,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -47,6 +46,10 @@ SNIPPET_CONTEXT = 60
 TRIGRAM = 3
 # How many of the user's most recently active conversations are read before the index is asked.
 RECENT_CONVERSATIONS = 10
+# PostgreSQL: a gram of fewer messages than this in the CJK index is rare, and the messages it
+# names are read by id; a more common one is found by walking the newest messages, as a short
+# query was before the index (the planner cannot tell which order is cheaper by itself).
+CJK_NAMED = 1000
 
 # Characters CJK text is written in, by code point: kana, CJK ideographs (with extensions A to
 # G and the compatibility ones) and Hangul syllables. Migration 0022 indexes each of them and
@@ -61,7 +64,10 @@ CJK_RANGES: tuple[tuple[int, int], ...] = (
 )
 
 _fts = table("message_search", column("rowid"), column("body"))
+# Migration 0022's CJK index: on SQLite a row per gram of a message, on PostgreSQL a row per
+# message with its grams (GIN-indexed).
 _cjk = table("message_search_cjk", column("gram"), column("message_id"))
+_cjk_grams = table("message_search_cjk", column("message_id"), column("grams", ARRAY(Text)))
 
 
 @dataclass(frozen=True)
@@ -171,8 +177,16 @@ async def _postgres_rows(db: AsyncSession, user: User, query: str, limit: int) -
     """The messages of the user's most recently active conversations first, read through the
     (conversation, message) index: a common word is found there in a few reads. Fewer than
     `limit` hits there: an index over all the user's messages (a rare word is a lookup),
-    newest first: the trigram one, or the CJK one for a shorter query with CJK characters."""
-    contains = POSTGRES_TEXT.ilike(f"%{_escape_like(query)}%", escape="\\")
+    newest first: the trigram one, or for a shorter query with CJK characters the CJK one,
+    which names the messages with its rare grams."""
+    pattern = f"%{_escape_like(query)}%"
+    if len(query) >= TRIGRAM:
+        contains = POSTGRES_TEXT.ilike(pattern, escape="\\")
+    else:
+        # ILIKE's own test (on UTF-8 it lowers both sides), on an expression the trigram index
+        # is not on: a generic plan of the prepared statement, blind to the query's length,
+        # could otherwise ask that index, which for under 3 characters names every message.
+        contains = func.lower(POSTGRES_TEXT).like(func.lower(pattern), escape="\\")
     active = (
         select(Conversation.id)
         .where(Conversation.owner_id == user.id, Conversation.deleted_at.is_(None))
@@ -189,7 +203,12 @@ async def _postgres_rows(db: AsyncSession, user: User, query: str, limit: int) -
     if len(rows) < limit:
         gram = _cjk_gram(query)
         if gram is not None:
-            contains &= type_coerce(func.message_cjk_grams(POSTGRES_TEXT), ARRAY(Text)).contains([gram])
+            named = await db.scalars(
+                select(_cjk_grams.c.message_id).where(_cjk_grams.c.grams.contains([gram])).limit(CJK_NAMED)
+            )
+            ids = list(named)
+            if len(ids) < CJK_NAMED:
+                contains &= Message.id.in_(ids)
         everywhere = _hits(POSTGRES_TEXT, user.id).where(contains).order_by(Message.id.desc()).limit(limit)
         rows = (await db.execute(everywhere)).all()
     return rows
