@@ -11,8 +11,9 @@ from backend.db import create_engine
 from backend.models import Base
 
 target_metadata = Base.metadata
-# The message search index (migration 0010) is kept by the database itself, through triggers
-# on SQLite and a trigram index on PostgreSQL; no model declares it.
+# The message search indexes (migrations 0010 and 0022) are kept by the database itself,
+# through triggers (the tables `message_search` and `message_search_*`) and a trigram index on
+# PostgreSQL; no model declares them.
 SEARCH_INDEX_TABLE = "message_search"
 SEARCH_INDEX = "ix_messages_search_trgm"
 

@@ -2,11 +2,14 @@
 
 Substring search, CJK included, case-insensitive, every character of the query taken as text
 (SQL wildcards and FTS operators included). SQLite: the FTS5 trigram table `message_search`
-(migration 0007) walked newest first, a query of 3 characters or more as one quoted phrase
-(an index lookup), a shorter one (a two-character Chinese word) by reading the indexed text
-until enough hits. PostgreSQL: `ILIKE` on the message text expression, first over the user's
+(migration 0010) walked newest first, a query of 3 characters or more as one quoted phrase
+(an index lookup). PostgreSQL: `ILIKE` on the message text expression, first over the user's
 most recently active conversations, then through the `pg_trgm` GIN index (from 3
-characters). Only live conversations of the asking user are searched.
+characters). Both trigram indexes need 3 characters: a shorter query with CJK characters in
+it (a two-character Chinese word) is looked up by them in the CJK index of migration 0022
+instead (the table `message_search_cjk`: on SQLite walked newest first, on PostgreSQL after
+the recent conversations, like the trigram index), any other short one reads the text until
+enough hits. Only live conversations of the asking user are searched.
 """
 
 from __future__ import annotations
@@ -17,7 +20,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, FromClause, Row, Select, column, func, literal_column, select, table
+from sqlalchemy import (
+    ColumnElement,
+    FromClause,
+    Row,
+    Select,
+    Text,
+    column,
+    func,
+    literal_column,
+    select,
+    table,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.models import Conversation, Message, User
@@ -31,8 +46,28 @@ SNIPPET_CONTEXT = 60
 TRIGRAM = 3
 # How many of the user's most recently active conversations are read before the index is asked.
 RECENT_CONVERSATIONS = 10
+# PostgreSQL: a gram of fewer messages than this in the CJK index is rare, and the messages it
+# names are read by id; a more common one is found by walking the newest messages, as a short
+# query was before the index (the planner cannot tell which order is cheaper by itself).
+CJK_NAMED = 1000
+
+# Characters CJK text is written in, by code point: kana, CJK ideographs (with extensions A to
+# G and the compatibility ones) and Hangul syllables. Migration 0022 indexes each of them and
+# each two of them side by side; a query under 3 characters is looked up by the ones it has.
+CJK_RANGES: tuple[tuple[int, int], ...] = (
+    (0x3040, 0x30FF),
+    (0x3400, 0x4DBF),
+    (0x4E00, 0x9FFF),
+    (0xAC00, 0xD7AF),
+    (0xF900, 0xFAFF),
+    (0x20000, 0x3134F),
+)
 
 _fts = table("message_search", column("rowid"), column("body"))
+# Migration 0022's CJK index: on SQLite a row per gram of a message, on PostgreSQL a row per
+# message with its grams (GIN-indexed).
+_cjk = table("message_search_cjk", column("gram"), column("message_id"))
+_cjk_grams = table("message_search_cjk", column("message_id"), column("grams", ARRAY(Text)))
 
 
 @dataclass(frozen=True)
@@ -53,7 +88,7 @@ class Hit:
 
 
 # What a message is found by: a user message's text, an assistant message's reply. On
-# PostgreSQL, literally the expression migration 0007 indexes (so the planner matches it).
+# PostgreSQL, literally the expression migrations 0010 and 0022 index (so the planner matches it).
 POSTGRES_TEXT = literal_column(
     "(CASE WHEN role = 'assistant' THEN coalesce(result ->> 'value', '') ELSE content END)"
 )
@@ -66,6 +101,15 @@ def _escape_like(text: str) -> str:
 def _phrase(text: str) -> str:
     """The query as one FTS5 string: operators and quotes inside it are text."""
     return '"' + text.replace('"', '""') + '"'
+
+
+def _cjk_gram(query: str) -> str | None:
+    """What a query too short for the trigram indexes is looked up by in the CJK index: its CJK
+    characters (one, or two side by side), None when it has none or is long enough."""
+    if len(query) >= TRIGRAM:
+        return None
+    gram = "".join(char for char in query if any(low <= ord(char) <= high for low, high in CJK_RANGES))
+    return gram or None
 
 
 def snippet(text: str, query: str) -> Snippet:
@@ -112,28 +156,39 @@ async def search(db: AsyncSession, user: User, query: str, limit: int) -> list[H
 
 
 async def _sqlite_rows(db: AsyncSession, user: User, query: str, limit: int) -> Sequence[Row[Any]]:
-    """The FTS table walked newest first (by rowid), so a common word stops at `limit` hits
-    and a rare one is an index lookup: a quoted phrase from 3 characters; shorter queries
-    read the indexed text, newest first, until `limit` hits."""
-    if len(query) >= TRIGRAM:
-        found = literal_column("message_search").op("MATCH")(_phrase(query))
+    """An index walked newest first (by message id), so a common word stops at `limit` hits
+    and a rare one is an index lookup: the FTS table with a quoted phrase from 3 characters,
+    the CJK table with the CJK characters of a shorter query (each message it names checked
+    in the text); other short queries read the indexed text, newest first, until `limit` hits."""
+    gram = _cjk_gram(query)
+    contains = func.instr(func.lower(_fts.c.body), query.lower()) > 0
+    if gram is not None:
+        source = _cjk.join(Message, Message.id == _cjk.c.message_id).join(_fts, _fts.c.rowid == Message.id)
+        found = (_cjk.c.gram == gram) & contains
+        newest = _cjk.c.message_id.desc()
     else:
-        found = func.instr(func.lower(_fts.c.body), query.lower()) > 0
-    stmt = (
-        _hits(_fts.c.body, user.id, select_from=_fts.join(Message, Message.id == _fts.c.rowid))
-        .where(found)
-        .order_by(_fts.c.rowid.desc())
-        .limit(limit)
-    )
+        source = _fts.join(Message, Message.id == _fts.c.rowid)
+        phrase = literal_column("message_search").op("MATCH")(_phrase(query))
+        found = phrase if len(query) >= TRIGRAM else contains
+        newest = _fts.c.rowid.desc()
+    stmt = _hits(_fts.c.body, user.id, select_from=source).where(found).order_by(newest).limit(limit)
     return (await db.execute(stmt)).all()
 
 
 async def _postgres_rows(db: AsyncSession, user: User, query: str, limit: int) -> Sequence[Row[Any]]:
     """The messages of the user's most recently active conversations first, read through the
     (conversation, message) index: a common word is found there in a few reads. Fewer than
-    `limit` hits there: the trigram index over all the user's messages (a rare word is a
-    lookup), newest first."""
-    contains = POSTGRES_TEXT.ilike(f"%{_escape_like(query)}%", escape="\\")
+    `limit` hits there: an index over all the user's messages (a rare word is a lookup),
+    newest first: the trigram one, or for a shorter query with CJK characters the CJK one,
+    which names the messages with its rare grams."""
+    pattern = f"%{_escape_like(query)}%"
+    if len(query) >= TRIGRAM:
+        contains = POSTGRES_TEXT.ilike(pattern, escape="\\")
+    else:
+        # ILIKE's own test (on UTF-8 it lowers both sides), on an expression the trigram index
+        # is not on: a generic plan of the prepared statement, blind to the query's length,
+        # could otherwise ask that index, which for under 3 characters names every message.
+        contains = func.lower(POSTGRES_TEXT).like(func.lower(pattern), escape="\\")
     active = (
         select(Conversation.id)
         .where(Conversation.owner_id == user.id, Conversation.deleted_at.is_(None))
@@ -148,6 +203,14 @@ async def _postgres_rows(db: AsyncSession, user: User, query: str, limit: int) -
     )
     rows = (await db.execute(recent)).all()
     if len(rows) < limit:
+        gram = _cjk_gram(query)
+        if gram is not None:
+            named = await db.scalars(
+                select(_cjk_grams.c.message_id).where(_cjk_grams.c.grams.contains([gram])).limit(CJK_NAMED)
+            )
+            ids = list(named)
+            if len(ids) < CJK_NAMED:
+                contains &= Message.id.in_(ids)
         everywhere = _hits(POSTGRES_TEXT, user.id).where(contains).order_by(Message.id.desc()).limit(limit)
         rows = (await db.execute(everywhere)).all()
     return rows
