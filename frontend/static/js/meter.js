@@ -79,7 +79,12 @@ export class ContextMeter {
     );
     this.content = h("div", { class: "meter-content" });
     this.modelButton = h("button", { type: "button", class: "btn ghost tiny", text: t("What the model sees") });
-    this.modelButton.addEventListener("click", () => this.onShowModel());
+    // The dialog gives the focus back to what held it when it opened: the meter's button, since
+    // this one is hidden with the breakdown once the focus has moved into the dialog.
+    this.modelButton.addEventListener("click", () => {
+      this.button.focus();
+      this.onShowModel();
+    });
     this.details = h(
       "div",
       { class: "meter-details", id: "meter-details", role: "region", "aria-label": t("Context breakdown") },
