@@ -4,6 +4,7 @@ keyboard use, the narrow (mobile) layout and the dark theme."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,13 +14,15 @@ from tests.frontend.actions import (
     composer,
     conversation_actions,
     conversation_id,
+    last_assistant,
     send,
     start,
     stored,
     wait_finished,
 )
 from tests.frontend.conftest import screenshot
-from tests.support.browser import Stack, assistant, seed_conversation, user
+from tests.support.api import PASSWORD
+from tests.support.browser import Stack, api_client, assistant, seed_conversation, user
 from tests.support.scripted_provider import text
 
 pytestmark = pytest.mark.browser
@@ -216,3 +219,116 @@ def test_narrow_screen_and_dark_theme(browser: Browser, stack: Stack, username: 
     expect(page.locator("#sidebar")).not_to_be_in_viewport()
     expect(page.locator("#conversation-title")).to_have_text("Pocket plans")
     context.close()
+
+
+# Why document.activeElement cannot be seen, or "" when it can: a zero box, hidden (display,
+# visibility, opacity), or behind an open modal dialog's backdrop. Tab past the first or last stop
+# (of the page, or of a modal dialog) reaches the browser's own controls: the page has no focus.
+_FOCUS_PROBLEM = """() => {
+    if (!document.hasFocus()) return '';
+    const el = document.activeElement;
+    const name = el ? `${el.tagName.toLowerCase()}#${el.id}.${el.className} "${
+        (el.getAttribute('aria-label') || el.textContent || '').trim().slice(0, 40)}"` : 'none';
+    if (!el || el === document.body) return `focus dropped to the page (${name})`;
+    const box = el.getBoundingClientRect();
+    if (box.width === 0 || box.height === 0) return `zero box: ${name}`;
+    if (!el.checkVisibility({checkOpacity: true, checkVisibilityCSS: true})) return `hidden: ${name}`;
+    const dialogs = [...document.querySelectorAll('dialog[open]')].filter(d => d.matches(':modal'));
+    if (dialogs.length && !dialogs.at(-1).contains(el)) return `behind the open dialog: ${name}`;
+    return '';
+}"""
+
+
+def assert_focus_shown(page: Page, step: str) -> None:
+    problem = page.evaluate(_FOCUS_PROBLEM)
+    assert not problem, f"{step}: {problem}"
+
+
+def tab_to(page: Page, selector: str, *, backwards: bool = False, limit: int = 80) -> None:
+    """Presses Tab (or Shift+Tab) until the focus is on `selector`, the focus shown at each press."""
+    for _ in range(limit):
+        page.keyboard.press("Shift+Tab" if backwards else "Tab")
+        assert_focus_shown(page, f"tabbing to {selector}")
+        if page.evaluate("(s) => document.activeElement.matches(s)", selector):
+            return
+    raise AssertionError(f"{selector} not reached in {limit} presses of Tab")
+
+
+def test_the_main_flow_with_the_keyboard_alone(page: Page, stack: Stack, username: str) -> None:
+    """Log in, new chat, send, stop, regenerate, switch version, search, the model view, log out:
+    the keyboard only, the focus always on something shown (inside the dialog while one is open)."""
+    api_client(stack.base_url, username).close()
+    page.goto(f"{stack.base_url}/login")
+    assert_focus_shown(page, "the login page")
+    page.keyboard.type(username)
+    page.keyboard.press("Tab")
+    assert_focus_shown(page, "the password")
+    page.keyboard.type(PASSWORD)
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"{stack.base_url}/")
+    expect(composer(page)).to_be_enabled()
+
+    tab_to(page, "#new-conversation")
+    page.keyboard.press("Enter")
+    expect(composer(page)).to_be_focused()
+    stack.provider.script(text("A first answer that goes on", hang=True), text("The second version."))
+    page.keyboard.type("Tell me about otters")
+    page.keyboard.press("Enter")
+    expect(page.locator(".msg.assistant").last).to_contain_text("goes on")
+    assert_focus_shown(page, "sent")
+
+    tab_to(page, "#stop")
+    page.keyboard.press("Enter")
+    wait_finished(page, "cancelled")
+    assert_focus_shown(page, "stopped")
+
+    tab_to(page, '.msg.assistant [data-action="regenerate"]', backwards=True)
+    page.keyboard.press("Enter")
+    reply = wait_finished(page)
+    expect(reply).to_contain_text("The second version.")
+    assert_focus_shown(page, "regenerated")
+
+    tab_to(page, '.msg.assistant [aria-label="Previous version"]', backwards=True)
+    page.keyboard.press("Enter")
+    expect(last_assistant(page)).to_contain_text("goes on")
+    expect(last_assistant(page).locator(".versions-position")).to_have_text("1/2")
+    assert_focus_shown(page, "switched version")
+
+    tab_to(page, "#conversation-search", backwards=True)
+    page.keyboard.type("otters")
+    hits = page.get_by_role("region", name="Messages found").locator(".hit a")
+    expect(hits.first).to_be_visible()
+    tab_to(page, ".hit a")
+    page.keyboard.press("Enter")
+    expect(page.locator(".msg.is-found")).to_have_count(1)
+    assert_focus_shown(page, "opened a search hit")
+
+    tab_to(page, ".meter-button")
+    tab_to(page, ".meter-details button")
+    page.keyboard.press("Enter")
+    dialog = page.get_by_role("dialog", name="What the model sees")
+    expect(dialog).to_be_visible()
+    assert_focus_shown(page, "the model view")
+    for _ in range(12):
+        page.keyboard.press("Tab")
+        assert_focus_shown(page, "tabbing in the model view")
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    assert_focus_shown(page, "closed the model view")
+
+    tab_to(page, "#logout")
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r"/login"))
+    assert_focus_shown(page, "logged out")
+
+
+def test_a_new_title_leaves_the_focus_on_its_conversation(page: Page, stack: Stack, username: str) -> None:
+    """The sidebar draws an item again when its title is made; a keyboard user on it stays there."""
+    start(page, stack, username)
+    stack.provider.script_titles(text("Otter facts", first_token_delay=2.0))
+    send(page, "Tell me about otters")
+    wait_finished(page)
+    tab_to(page, "#conversation-list .conv-link", backwards=True)
+    expect(page.locator("#conversation-list .conv-title")).to_have_text("Otter facts")
+    assert_focus_shown(page, "the title arrived")
+    expect(page.locator("#conversation-list .conv-link")).to_be_focused()

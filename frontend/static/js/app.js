@@ -378,11 +378,15 @@ async function send(text, attachments) {
 
 // Versions in place: a new version of a reply (regenerate, retry), an edited question, or
 // another version shown; the page then shows the conversation's current path again.
-async function regenerate(view) {
+// `byKeyboard`: the button was pressed from the keyboard; the page drawn again has lost it, so the
+// focus goes on from where that user is (a pointer's click leaves the focus, and a phone's
+// keyboard, alone).
+async function regenerate(view, byKeyboard) {
   const conversation = state.conversation;
   try {
     await admitted(() => api.post(`/api/conversations/${conversation.id}/regenerate`, { message_id: view.message.message_id }));
     await open(conversation.id);
+    if (byKeyboard) composer.focus(); // beside Stop, while the new version is written
     announce(t("Writing a new version of the reply."));
   } catch (error) {
     composer.say(t("Could not write a new version: {message}", { message: error.message }), "error");
@@ -401,11 +405,16 @@ async function editAndResend(view, text) {
   }
 }
 
-async function showVersion(messageId) {
+async function showVersion(messageId, pressed) {
   const conversation = state.conversation;
   try {
     await api.post(`/api/conversations/${conversation.id}/versions`, { message_id: messageId });
     await open(conversation.id);
+    if (pressed) {
+      // The same step (‹ or ›) of the version shown, or the other one at the end of the row.
+      const steps = [...document.querySelectorAll(`.msg[data-message-id="${messageId}"] [data-action="show-version"]`)].filter((b) => !b.disabled);
+      (steps.find((b) => b.getAttribute("aria-label") === pressed) ?? steps[0])?.focus();
+    }
     announce(t("Showing another version."));
   } catch (error) {
     composer.say(t("Could not show that version: {message}", { message: error.message }), "error");
@@ -428,13 +437,13 @@ $("messages").addEventListener("click", async (event) => {
       flash(button, t("Copied"));
       break;
     case "regenerate":
-      if (!state.stream) regenerate(view);
+      if (!state.stream) regenerate(view, button.matches(":focus-visible"));
       break;
     case "edit":
       if (!state.stream) view.startEditing((text) => editAndResend(view, text));
       break;
     case "show-version":
-      if (!state.stream) showVersion(Number(button.dataset.messageId));
+      if (!state.stream) showVersion(Number(button.dataset.messageId), button.matches(":focus-visible") && button.getAttribute("aria-label"));
       break;
     case "approve":
     case "deny":

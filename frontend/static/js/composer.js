@@ -278,6 +278,8 @@ export class Composer {
   }
 
   async stop() {
+    // Stop is disabled now and hidden once the turn ends: a keyboard press on it goes on in the box.
+    if (document.activeElement === this.stopButton) this.input.focus();
     this.stopButton.disabled = true;
     this.stopButton.textContent = t("Stopping…");
     try {

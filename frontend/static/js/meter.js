@@ -64,17 +64,27 @@ export class ContextMeter {
     // A narrow screen shows only the tokens, in short ("3.0k / 4.1k").
     this.shortLabel = h("span", { class: "meter-short" });
     this.label = h("span", { class: "meter-text" }, this.usedLabel, this.leftLabel, this.shortLabel);
+    // The exact figures, for a screen reader: the button's name is its visible text (so a voice
+    // command saying what is shown reaches it) followed by this.
+    this.spokenLabel = h("span", { class: "visually-hidden" });
     this.spinner = h("span", { class: "meter-compacting", hidden: true }, h("span", { class: "spinner", "aria-hidden": "true" }), t("Compacting context…"));
     this.button = h(
       "button",
       { type: "button", class: "meter-button", "aria-expanded": "false", "aria-controls": "meter-details", "aria-describedby": "meter-details" },
       this.bar,
       this.label,
+      " ",
+      this.spokenLabel,
       this.spinner,
     );
     this.content = h("div", { class: "meter-content" });
     this.modelButton = h("button", { type: "button", class: "btn ghost tiny", text: t("What the model sees") });
-    this.modelButton.addEventListener("click", () => this.onShowModel());
+    // The dialog gives the focus back to what held it when it opened: the meter's button, since
+    // this one is hidden with the breakdown once the focus has moved into the dialog.
+    this.modelButton.addEventListener("click", () => {
+      this.button.focus();
+      this.onShowModel();
+    });
     this.details = h(
       "div",
       { class: "meter-details", id: "meter-details", role: "region", "aria-label": t("Context breakdown") },
@@ -174,9 +184,9 @@ export class ContextMeter {
       this.shortLabel.textContent = t("Context —");
       this.fill.style.width = "0%";
       this.triggerMark.hidden = true;
-      this.bar.removeAttribute("aria-valuenow");
+      this.bar.setAttribute("aria-valuenow", "0");
       this.bar.setAttribute("aria-valuetext", t("no context used yet"));
-      this.button.setAttribute("aria-label", t("Context usage: none yet"));
+      this.spokenLabel.textContent = t("Context usage: none yet");
       this.content.replaceChildren(h("p", { class: "muted", text: t("The meter fills in once the model has been called in this conversation.") }));
       return;
     }
@@ -193,7 +203,7 @@ export class ContextMeter {
     this.usedLabel.textContent = t("{used} / {available} input · ", { used: formatTokens(m.used_input), available: formatTokens(m.available_input) });
     this.leftLabel.textContent = t("{percent} left", { percent: formatPercent(left) });
     this.shortLabel.textContent = t("{used} / {available}", { used: formatTokens(m.used_input), available: formatTokens(m.available_input) });
-    this.button.setAttribute("aria-label", t("Context usage: {used}, {percent} left, {state}", { used: usedOf(m), percent: formatPercent(left), state: STATE_LABELS[state] }));
+    this.spokenLabel.textContent = t("Context usage: {used}, {percent} left, {state}", { used: usedOf(m), percent: formatPercent(left), state: STATE_LABELS[state] });
     this.content.replaceChildren(...this.detailRows(m, state));
   }
 

@@ -229,9 +229,14 @@ export class Sidebar {
     this.#replace(known ? { ...conversation, pinned: known.pinned, archived: known.archived } : conversation);
   }
 
+  // The item is drawn again (a title or time that changed): a focus inside it stays on the same
+  // control of the new one, not thrown back to the top of the page.
   #replace(conversation) {
+    const focused = this.items.get(conversation.id)?.element.contains(document.activeElement) ? document.activeElement : null;
     this.#remove(conversation.id);
-    return this.#belongs(conversation) ? this.#show(conversation) : null;
+    const shown = this.#belongs(conversation) ? this.#show(conversation) : null;
+    if (focused) shown?.querySelector(focused.dataset.action ? `[data-action="${focused.dataset.action}"]` : ".conv-link")?.focus();
+    return shown;
   }
 
   setRunning(id, running) {
