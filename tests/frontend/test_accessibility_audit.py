@@ -109,6 +109,9 @@ def test_the_share_page(page: Page, stack: Stack, username: str) -> None:
     wait_finished(page)
     made = client.post(f"/api/conversations/{conversation_id(page)}/shares", json={})
     assert made.status_code == 201, made.text
+    # Off the chat page first: its script, signed out, would navigate to the login page
+    # while the share page loads.
+    page.goto("about:blank")
     page.context.clear_cookies()
     page.goto(f"{stack.base_url}/s/{made.json()['token']}")
     expect(page.locator(".msg")).to_have_count(2)
