@@ -151,7 +151,7 @@ async def test_losing_redis_mid_turn_loses_nothing(
     cid = await _long_turn(on_a, scripted_provider, 0.01)
     reading = asyncio.create_task(read_stream(on_b, cid))
     await asyncio.sleep(0.5)
-    private_redis.process.kill()  # Redis goes away mid-turn
+    private_redis.kill()  # Redis goes away mid-turn
     read = await asyncio.wait_for(reading, 60)
     stored = await _wait_status(on_a, cid, {"completed"})
     assert read.text == stored["result"]["value"] == LONG
@@ -193,7 +193,7 @@ async def test_a_stop_sent_to_another_replica_without_redis_stops_the_turn(
     on_both: OnBoth, scripted_provider: ScriptedProvider, private_redis: PrivateRedis
 ) -> None:
     on_a, on_b = on_both
-    private_redis.process.kill()
+    private_redis.kill()
     cid = await _long_turn(on_a, scripted_provider, 0.03)
     await read_stream(on_a, cid, stop_after=5)
     asked = asyncio.get_running_loop().time()

@@ -239,7 +239,7 @@ async def test_a_decision_sent_to_another_replica_resumes_the_turn_running_on_th
         # the call still waits for one sent to A.
         chat.marks.unlink()
         cid, call_id = await _paused_turn(chat, scripted_provider, ["ops_touch"])
-        private_redis.process.kill()
+        private_redis.kill()
         decision = {"call_id": call_id, "allow": True}
         lost = await on_b.post(f"/api/conversations/{cid}/approvals", json=decision)
         assert lost.status_code == 503 and lost.json()["code"] == "approval_not_delivered"

@@ -304,7 +304,7 @@ async def test_a_worker_lost_while_redis_is_down_still_restarts_and_delivers(
         scripted_provider.script(text(LONG, token_delay=0.05), text(LONG, token_delay=0.002))
         cid = await _send(client)
         head = await read_stream(client, cid, stop_after=10)
-        private_redis.process.kill()
+        private_redis.kill()
         fleet.running(_turn_of(head)).kill()
         tail = await read_stream(client, cid, last_event_id=head.events[-1].id)
         stored = await _wait_status(client, cid, {"completed"})

@@ -33,6 +33,11 @@ class PrivateRedis:
     url: str
     process: subprocess.Popen[bytes]
 
+    def kill(self) -> None:
+        """Gone for good when this returns: a send right after it cannot still reach the server."""
+        self.process.kill()
+        self.process.wait()
+
 
 @contextlib.contextmanager
 def private_redis_server(directory: Path) -> Iterator[PrivateRedis]:
