@@ -53,8 +53,6 @@ def test_the_code_cites_the_spec() -> None:
 def test_every_citation_names_a_section_of_docs_spec() -> None:
     sections = spec_sections()
     missing = [
-        f"{path}:{lineno}: SPEC {section}"
-        for path, lineno, section in citations()
-        if section not in sections
+        f"{path}:{lineno}: SPEC {section}" for path, lineno, section in citations() if section not in sections
     ]
     assert not missing, "citations of sections missing from docs/spec.md:\n" + "\n".join(missing)
