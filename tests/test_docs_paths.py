@@ -17,6 +17,8 @@ PATH_PREFIXES = ("backend/", "chat_shell/", "frontend/", "bench/", "scripts/", "
 PATH_PREFIXES += ("docs/", "deploy/")
 
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
+MERMAID = re.compile(r"^```mermaid\n(.*?)^```", re.MULTILINE | re.DOTALL)
+DIAGRAM_PATH = re.compile(r"(?<![\w/])(?:" + "|".join(map(re.escape, PATH_PREFIXES)) + r")[\w./-]*")
 INLINE_CODE = re.compile(r"`([^`\n]+)`")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 REFERENCE = re.compile(r"^\[[^\]]+\]:\s*(\S+)", re.MULTILINE)
@@ -71,9 +73,16 @@ def link_problem(source: Path, target: str) -> str | None:
     return None
 
 
+def diagram_paths(path: Path) -> list[str]:
+    """Repository paths written in the labels of the doc's Mermaid diagrams."""
+    blocks = MERMAID.findall(path.read_text(encoding="utf-8"))
+    return [found.rstrip(".,") for block in blocks for found in DIAGRAM_PATH.findall(block)]
+
+
 @pytest.mark.parametrize("doc", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_path_a_doc_names_exists(doc: Path) -> None:
-    missing = sorted({path for path in named_paths(prose(doc)) if not exists(path)})
+    named = named_paths(prose(doc)) + diagram_paths(doc)
+    missing = sorted({path for path in named if not exists(path)})
     assert not missing, f"{doc.relative_to(ROOT)} names paths that do not exist: {missing}"
 
 
