@@ -25,6 +25,6 @@ lint:
 migrate: setup
 	.venv/bin/chat-shell migrate
 
-# A .env with fresh random secrets for `docker compose up` (README "Secrets"); `make run` needs none.
+# A .env with fresh random secrets for `docker compose up` (docs/deployment.md "Secrets"); `make run` needs none.
 env:
 	python3 -m backend.secret_policy

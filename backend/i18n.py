@@ -1,4 +1,4 @@
-"""The page's languages (README "Languages"): one gettext catalog per language under
+"""The page's languages (docs/features.md "Languages"): one gettext catalog per language under
 `frontend/locale/<locale>/LC_MESSAGES/messages.po`, read once at import. The templates get them
 through Jinja2's i18n extension; the ES modules get the same messages as JSON (`page_catalog`)
 and read them with `frontend/static/js/i18n.js`. The language is the user's choice, or else the

@@ -1,4 +1,4 @@
-"""The models users may choose (README "Models"): one catalog per process, built at start.
+"""The models users may choose (docs/features.md "Models"): one catalog per process, built at start.
 
 Read from the file `CHAT_SHELL_MODELS` names (TOML or JSON, by its suffix); without it, the
 single-provider settings (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `CHAT_SHELL_MODEL`) are a

@@ -33,7 +33,7 @@ class Settings(BaseSettings):
     sqlite_busy_timeout_seconds: float = Field(default=30.0, gt=0)
     redis_url: str | None = None
 
-    # The models users may choose, several providers each (README "Models"): a TOML or JSON file.
+    # The models users may choose, several providers each (docs/features.md "Models"): a TOML or JSON file.
     # Without it the single provider below is the one model.
     models: Path | None = None
     # Model provider. With an API key or base URL set, that provider is used instead of the local model.
@@ -42,7 +42,7 @@ class Settings(BaseSettings):
     model: str | None = None
     context_window: int | None = Field(default=None, gt=0)
     max_output_tokens: int | None = Field(default=None, gt=0)
-    # The embedded local model (README "The embedded local model"): `auto` (the default
+    # The embedded local model (docs/local-model.md): `auto` (the default
     # catalog model), `off`, or a catalog model's name; a GGUF file to serve instead; the
     # loopback port to prefer (another free one is used when it is taken); where catalog models
     # are kept (default ~/.cache/chat-shell/models); a llama-server-compatible program to serve
@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     # Where chat_shell runs: in this process, or as its own service reached over HTTP.
     runtime_mode: Literal["package", "service"] = "package"
     service_url: str = "http://127.0.0.1:8100"
-    # Required in service mode (README "Secrets"): authenticates the backend to the service.
+    # Required in service mode (docs/deployment.md "Secrets"): authenticates the backend to the service.
     service_token: str | None = None
     # Signs the per-turn capabilities the service reads history and attachments with; required
     # in service mode (the same on every backend replica, never the service token), generated
@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     # The interactive API docs at /docs (served from this server, no CDN); /openapi.json stays.
     api_docs: bool = True
 
-    # Abuse limits (README "Abuse limits"). Who may create an account: anyone, holders of an
+    # Abuse limits (docs/deployment.md "Abuse limits"). Who may create an account: anyone, holders of an
     # operator-made invite code, or nobody (operators create accounts with the CLI).
     registration: Literal["open", "invite", "closed"] = "open"
     invite_days: int = Field(default=7, gt=0)
@@ -129,7 +129,7 @@ class Settings(BaseSettings):
     max_extracted_chars: int = Field(default=20_000_000, gt=0)
     # Text extraction runs in worker processes; one file's extraction may use at most this much
     # wall-clock time, processor time and address space, and files whose structure is past the
-    # caps below are refused before parsing (README "Untrusted files").
+    # caps below are refused before parsing (docs/features.md "Untrusted files").
     extraction_workers: int = Field(default=2, gt=0)
     extraction_timeout_seconds: float = Field(default=60.0, gt=0)
     extraction_cpu_seconds: int = Field(default=30, gt=0)
@@ -158,7 +158,7 @@ class Settings(BaseSettings):
     system_prompt: str | None = None
     event_log_retention_days: int = Field(default=7, ge=0)
     sse_ping_seconds: float = Field(default=15.0, gt=0)
-    # MCP servers (README "MCP servers"): a JSON or TOML file declaring them; read at startup.
+    # MCP servers (docs/features.md "MCP servers"): a JSON or TOML file declaring them; read at startup.
     mcp_servers: Path | None = None
     # A stream that hears nothing from the broker re-reads the turn's log this often (the
     # fallback when live events from another replica do not arrive).

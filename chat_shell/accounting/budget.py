@@ -36,7 +36,8 @@ TOOL_OUTPUT_MAX_SHARE = 0.25
 ATTACHMENT_MAX_SHARE = 0.25
 SUMMARY_MAX_SHARE = 0.10
 # The tool schemas bound to the model (built-in and MCP tools) may take at most this share of
-# the available input; a conversation whose enabled servers need more is refused (README).
+# the available input; a conversation whose enabled servers need more is refused
+# (docs/features.md "MCP servers").
 TOOL_SCHEMAS_MAX_SHARE = 0.25
 
 

@@ -1,4 +1,4 @@
-"""The MCP servers an operator declares (README "MCP servers"): a JSON or TOML file.
+"""The MCP servers an operator declares (docs/features.md "MCP servers"): a JSON or TOML file.
 
     [servers.logs]
     transport = "streamable_http"

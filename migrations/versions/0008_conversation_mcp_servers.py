@@ -1,6 +1,6 @@
 """the MCP servers a conversation enabled
 
-`conversations.mcp_servers`: the names of the MCP servers a conversation uses (README "MCP
+`conversations.mcp_servers`: the names of the MCP servers a conversation uses (docs/features.md "MCP
 servers"); NULL, as every existing conversation starts, means the deployment's default set.
 
 Revision ID: 0008

@@ -1,7 +1,7 @@
 """MCP servers and tools a conversation marked "ask first"
 
 `conversations.mcp_ask_first`: names of MCP servers, or of their tools as the model sees them
-(`<server>_<tool>`), whose calls wait for the user's decision (README "MCP servers"); NULL, as
+(`<server>_<tool>`), whose calls wait for the user's decision (docs/features.md "MCP servers"); NULL, as
 every existing conversation starts, means none.
 
 Revision ID: 0015

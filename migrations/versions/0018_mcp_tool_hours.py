@@ -1,8 +1,8 @@
 """Hourly rollup of MCP tool calls for the operators' dashboard
 
 `mcp_tool_hours`: per hour (since the Unix epoch, UTC) x MCP server x tool x duration bin, the
-calls, errors and timeouts and the bin's shortest and longest duration (README "Operators'
-dashboard"). A few rows per tool and hour; no existing data to fill.
+calls, errors and timeouts and the bin's shortest and longest duration (docs/operations.md, the
+dashboard). A few rows per tool and hour; no existing data to fill.
 
 Revision ID: 0018
 Revises: 0017

@@ -163,7 +163,7 @@ async def test_a_conversation_over_the_window_is_summarized_by_the_local_model(
 @pytest.mark.timeout(900)
 async def test_the_runtime_answers_under_emulation_of_an_avx2_only_cpu(tmp_path: Path) -> None:
     """Debian's qemu-user emulating a Haswell (AVX2, no AVX-512, no AMX) runs the server and
-    its verifying decode, as `CHAT_SHELL_LOCAL_MODEL_SERVER` would (README)."""
+    its verifying decode, as `CHAT_SHELL_LOCAL_MODEL_SERVER` would (docs/local-model.md)."""
     model = require_local_model()
     qemu = shutil.which("qemu-x86_64")
     if qemu is None:

@@ -252,9 +252,9 @@ async def test_an_installed_local_model_is_one_more_entry_and_only_its_turns_wai
     assert later["status"] == "completed"
 
 
-def test_the_readme_example_is_a_valid_models_file(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    example = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+def test_the_documented_example_is_a_valid_models_file(tmp_path: Path) -> None:
+    features = (ROOT / "docs" / "features.md").read_text(encoding="utf-8")
+    example = features.split("```toml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "models.toml"
     path.write_text(example, encoding="utf-8")
     document = read_models_file(path)

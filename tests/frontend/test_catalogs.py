@@ -1,4 +1,4 @@
-"""The page's message catalogs (README "Languages"), without a browser: every message the
+"""The page's message catalogs (docs/features.md "Languages"), without a browser: every message the
 templates and ES modules use is in every catalog, translated, with the same placeholders; the
 catalogs hold the same messages; and no template or module shows a user-visible literal that
 bypasses the catalog.

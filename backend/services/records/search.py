@@ -1,4 +1,4 @@
-"""Full-text search over the text of a user's own messages (README "Search").
+"""Full-text search over the text of a user's own messages (docs/features.md "Search").
 
 Substring search, CJK included, case-insensitive, every character of the query taken as text
 (SQL wildcards and FTS operators included). SQLite: the FTS5 trigram table `message_search`

@@ -1,4 +1,4 @@
-// The page's messages in its language (README "Languages"): the server renders the catalog of
+// The page's messages in its language (docs/features.md "Languages"): the server renders the catalog of
 // `frontend/locale/<locale>` as JSON into every page (`<script id="i18n">`). Messages are keyed
 // by their English text and take named placeholders ("{name}"); a message the catalog lacks
 // shows in English. `locale` is the language `Intl` formats in.
