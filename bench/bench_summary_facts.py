@@ -15,10 +15,11 @@ local model (`qwen2.5-coder-1.5b`), at the product's summary temperature (greedy
 `CHAT_SHELL_SUMMARY_TEMPERATURE`) unless `--server-sampling` asks for the server's default.
 
 Per conversation and per kind: the share of planted facts present in the summary, whether the
-summary is in the conversation's language (CJK share of its letters, planted ids and paths left
-out), its length against the cap (the profile's counter), and the time each side took. One
-summary took 90-380 s on 2 cores shared with other work (load average 8-12): the default run
-took 34 minutes (2,061 s), `--quick` about half of that.
+summary is in the conversation's language (its script as `chat_shell.languages` reads it, each
+CJK character weighed as a word, planted ids and paths left out), its length against the cap
+(the profile's counter), and the time each side took. One summary took 90-380 s on 2 cores
+shared with other work (load average 8-12): the default run took 34 minutes (2,061 s),
+`--quick` about half of that (5 minutes at load average 2).
 """
 
 from __future__ import annotations

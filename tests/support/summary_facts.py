@@ -21,7 +21,6 @@ import itertools
 import random
 import re
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -37,6 +36,7 @@ from chat_shell.guard.protocol import EventSink
 from chat_shell.guard.stages.summary_compaction.compactor import SummaryCompactor
 from chat_shell.guard.stages.summary_compaction.request import SummaryRequest
 from chat_shell.guard.stages.summary_compaction.settings import CompactionSettings
+from chat_shell.languages import cjk_language
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
 from chat_shell.providers.profiles import LOCAL_MODEL_NAME, ModelProfile, resolve_profile
 from chat_shell.providers.summarizer import ModelSummarizer
@@ -361,21 +361,13 @@ def conversations(count: int, seed: int = 19) -> list[Conversation]:
 
 # -- measuring ------------------------------------------------------------------------------
 
-_CJK = re.compile(r"[\u3400-\u9fff]")
-_LATIN = re.compile(r"[A-Za-z]")
-
-
-def cjk_share(text: str, facts: Sequence[Fact] = ()) -> float:
-    """The share of CJK characters among the letters, planted ids and paths left out."""
-    for fact in facts:
-        text = text.replace(fact.value, " ")
-    cjk, latin = len(_CJK.findall(text)), len(_LATIN.findall(text))
-    return cjk / max(1, cjk + latin)
-
 
 def in_language(summary: str, conversation: Conversation) -> bool:
-    share = cjk_share(summary, conversation.facts)
-    return share >= 0.5 if conversation.language == "zh" else share < 0.05
+    """Whether the summary is in the conversation's language as the product reads a script
+    (`chat_shell.languages`), the planted values left out (an id or a path is no language)."""
+    for fact in conversation.facts:
+        summary = summary.replace(fact.value, " ")
+    return cjk_language(summary) == ("zh" if conversation.language == "zh" else None)
 
 
 # The local model writes 4-7 tokens/s on 2 busy cores: a summary call can outlast the default

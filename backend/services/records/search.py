@@ -37,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.models import Conversation, Message, User
 from backend.services.errors import Invalid
+from chat_shell.languages import CJK_RANGES
 
 # The longest query (characters); longer ones are refused, not cut.
 MAX_QUERY = 200
@@ -50,18 +51,6 @@ RECENT_CONVERSATIONS = 10
 # names are read by id; a more common one is found by walking the newest messages, as a short
 # query was before the index (the planner cannot tell which order is cheaper by itself).
 CJK_NAMED = 1000
-
-# Characters CJK text is written in, by code point: kana, CJK ideographs (with extensions A to
-# G and the compatibility ones) and Hangul syllables. Migration 0022 indexes each of them and
-# each two of them side by side; a query under 3 characters is looked up by the ones it has.
-CJK_RANGES: tuple[tuple[int, int], ...] = (
-    (0x3040, 0x30FF),
-    (0x3400, 0x4DBF),
-    (0x4E00, 0x9FFF),
-    (0xAC00, 0xD7AF),
-    (0xF900, 0xFAFF),
-    (0x20000, 0x3134F),
-)
 
 _fts = table("message_search", column("rowid"), column("body"))
 # Migration 0022's CJK index: on SQLite a row per gram of a message, on PostgreSQL a row per

@@ -1,6 +1,6 @@
 """Summary compaction on the real local model keeps the facts its prompt promises to keep (issue
-19): a small sample of `bench.bench_summary_facts` (one English conversation; the benchmark
-adds Chinese ones and LangChain's default prompt), with the product's default local model and
+19, 35): a small sample of `bench.bench_summary_facts` (one English and one Chinese conversation;
+the benchmark adds more and LangChain's default prompt), with the product's default local model and
 the guard's own summary stage, greedy so the run repeats."""
 
 from __future__ import annotations
@@ -23,21 +23,23 @@ from tests.support.summary_facts import (
 pytestmark = pytest.mark.local_model
 
 # Of the 7 planted facts (budget, date, count, prohibition, id, name, path). Measured greedy on
-# this conversation: our prompt keeps 7; the same prompt with its list of what to keep replaced
+# the English conversation: our prompt keeps 7; the same prompt with its list of what to keep replaced
 # by "Summarize the conversation." keeps 3 (budget, count, prohibition); LangChain's default
 # prompt keeps none; our prompt before it asked for values copied exactly and a key values
-# section kept 4.
+# section kept 4. On the Chinese one ours keeps 7, in Chinese; without the language requirement
+# after the transcript it was written in English.
 MIN_FACTS_KEPT = 5
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("index", [0, 1], ids=["english", "chinese"])
 async def test_the_summary_keeps_the_planted_facts_in_the_conversations_language_within_the_cap(
-    tmp_path: Path,
+    tmp_path: Path, index: int
 ) -> None:
     model = require_local_model("qwen2.5-coder-1.5b")
     profile = local_profile(model.profile)
     budget = budget_for(profile)
-    planted = conversation(0)
+    planted = conversation(index)
     async with serving(model, tmp_path / "server.log") as server:
         chat = summary_model(server.base_url, profile, budget)
         summary = await summarize_ours(chat, profile, planted)

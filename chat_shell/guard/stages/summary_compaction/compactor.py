@@ -32,6 +32,8 @@ from chat_shell.guard.protocol import Summarizer
 from chat_shell.guard.stages.records import FINAL_STATUSES, Compaction, Strategy
 from chat_shell.guard.stages.summary_compaction.prompts import (
     INSTRUCTION_TOKENS,
+    LANGUAGE_REQUIREMENTS,
+    REWRITE_INSTRUCTIONS,
     SHORTEN_INSTRUCTIONS,
     SUMMARY_INSTRUCTIONS,
     SUMMARY_OPENING,
@@ -43,11 +45,15 @@ from chat_shell.guard.stages.summary_compaction.settings import CompactionSettin
 from chat_shell.guard.stages.summary_compaction.split import split_view
 from chat_shell.guard.stages.summary_compaction.summary_input import (
     Chunk,
+    TextPart,
     chunk_transcript,
+    conversation_language,
+    in_language,
     message_text,
     text_part,
 )
 from chat_shell.guard.stages.summary_compaction.watchdog import Watchdog
+from chat_shell.languages import CjkLanguage
 from chat_shell.messages.convert import to_chain
 from chat_shell.messages.markers import is_summary, markers, with_markers
 from chat_shell.providers.errors import classify_provider_error, is_context_overflow
@@ -218,8 +224,9 @@ class SummaryCompactor:
         chunk_tokens = budget.trim_tokens_to_summarize - budget.summary_max_tokens - INSTRUCTION_TOKENS
         chunks = chunk_transcript(rest, rest_tokens, chunk_tokens)
         summary = "\n\n".join(_summary_body(m) for m in previous)
+        language = conversation_language(messages)
         for chunk in chunks:
-            summary = await self._summarize_chunk(request, watchdog, summary, chunk)
+            summary = await self._summarize_chunk(request, watchdog, summary, chunk, language)
         if not summary.strip():
             raise SummaryFailed("empty_summary")
         summary_message = with_markers(
@@ -261,20 +268,39 @@ class SummaryCompactor:
         return message.model_copy(update={"content": f"{kept} […]" if kept != text else kept})
 
     async def _summarize_chunk(
-        self, request: SummaryRequest, watchdog: Watchdog, previous: str, chunk: Chunk
+        self,
+        request: SummaryRequest,
+        watchdog: Watchdog,
+        previous: str,
+        chunk: Chunk,
+        language: CjkLanguage | None,
     ) -> str:
         cap = request.budget.summary_max_tokens
         opening = f"<previous_summary>\n{previous}\n</previous_summary>\n\n" if previous else ""
-        wrapped = [text_part(f"{opening}<transcript>"), *chunk.parts, _CLOSING_PART]
+        wrapped = [text_part(f"{opening}<transcript>"), *chunk.parts, _closing_part(language)]
         # Built from known-valid parts: no validation pass over every part of a large request.
         transcript = HumanMessage.model_construct(
             content=wrapped, additional_kwargs={}, response_metadata={}, type="human", name=None, id=None
         )
         summary = await self._call(watchdog, [_instructions(cap), transcript])
+        if language is not None and not in_language(summary, language):
+            summary = await self._in_language(watchdog, summary, language)
         # No character is more than 4 tokens (its UTF-8 bytes): a short summary needs no count.
         if len(summary) * 4 <= cap:
             return summary
         return await self._within_cap(watchdog, request.counter, summary, cap)
+
+    async def _in_language(self, watchdog: Watchdog, summary: str, language: CjkLanguage) -> str:
+        """A summary written in another language than the conversation's, rewritten once in it
+        (kept as it is when the rewrite is not in it either)."""
+        rewritten = await self._call(
+            watchdog,
+            [
+                SystemMessage(REWRITE_INSTRUCTIONS[language]),
+                HumanMessage(f"{summary}\n\n{LANGUAGE_REQUIREMENTS[language]}"),
+            ],
+        )
+        return rewritten if in_language(rewritten, language) else summary
 
     async def _within_cap(self, watchdog: Watchdog, counter: TokenCounter, summary: str, cap: int) -> str:
         """The summary under its hard cap: a second, shortening pass, then a hard cut."""
@@ -322,7 +348,11 @@ class SummaryCompactor:
         return SummaryFailed(f"summarizer_{failure.code}")
 
 
-_CLOSING_PART = text_part("\n</transcript>")
+@functools.cache
+def _closing_part(language: CjkLanguage | None) -> TextPart:
+    """The end of the transcript, and for a CJK conversation the language requirement after it."""
+    requirement = f"\n\n{LANGUAGE_REQUIREMENTS[language]}" if language is not None else ""
+    return text_part(f"\n</transcript>{requirement}")
 
 
 @functools.cache

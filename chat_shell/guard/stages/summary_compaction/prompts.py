@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from chat_shell.guard.stages.attachment_preview.wording import ATTACHMENT_REFERENCE
+from chat_shell.languages import CjkLanguage
 
 SUMMARY_VERSION = 1
 # The first line of every summary message: tells the model what it is reading. Code never
@@ -35,5 +36,35 @@ SHORTEN_INSTRUCTIONS = f"""{SUMMARIZER_ROLE}
 The summary below is too long. Rewrite it in at most {{cap}} tokens. Keep every hard
 constraint, number, date, id and name verbatim; drop the least important details first. Keep
 its language and structure. Output only the summary."""
-# Room for the instructions and the labels of one summarizer request.
-INSTRUCTION_TOKENS = 400
+# The summary's language, stated in that language after the transcript, the last thing the
+# summarizer reads before it writes: a small model told only "the conversation's language" in
+# its instructions summarized both Chinese conversations of bench_summary_facts in English.
+LANGUAGE_REQUIREMENTS: dict[CjkLanguage, str] = {
+    "zh": "请用中文撰写摘要：标题和要点都用中文，数字、日期、金额、编号、人名和路径照原样抄写。",
+    "ja": (
+        "要約は日本語で書いてください。"
+        "見出しも要点も日本語で、数字・日付・金額・ID・名前・パスはそのまま写してください。"
+    ),
+    "ko": (
+        "요약은 한국어로 작성하세요. "
+        "제목과 요점도 한국어로 쓰고, 숫자·날짜·금액·ID·이름·경로는 그대로 옮겨 적으세요."
+    ),
+}
+# One rewrite of a summary that came back in another language, instructed in the one wanted.
+REWRITE_INSTRUCTIONS: dict[CjkLanguage, str] = {
+    "zh": (
+        f"{SUMMARIZER_ROLE}\n下面的摘要用错了语言。把它完整地改写成中文，保留它的结构和所有要点，"
+        "每一个数字、日期、金额、编号、人名和路径都照原样抄写。只输出改写后的中文摘要。"
+    ),
+    "ja": (
+        f"{SUMMARIZER_ROLE}\n次の要約は言語が違います。構成と要点をすべて保ったまま日本語に書き直し、"
+        "数字・日付・金額・ID・名前・パスはそのまま写してください。書き直した要約だけを出力してください。"
+    ),
+    "ko": (
+        f"{SUMMARIZER_ROLE}\n아래 요약은 다른 언어로 쓰였습니다. 구조와 요점을 모두 유지한 채 "
+        "한국어로 다시 쓰고, 숫자·날짜·금액·ID·이름·경로는 그대로 옮겨 적으세요. "
+        "다시 쓴 요약만 출력하세요."
+    ),
+}
+# Room for the instructions, the labels and the language requirement of one summarizer request.
+INSTRUCTION_TOKENS = 440

@@ -18,6 +18,8 @@ from typing import NamedTuple
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from chat_shell.languages import CjkLanguage, cjk_language, dominant_cjk_language
+from chat_shell.messages.markers import is_summary
 from chat_shell.messages.tool_images import media_line
 
 # A message cut across chunks is cut by characters in proportion to its cached count; this
@@ -38,6 +40,19 @@ def message_text(message: BaseMessage) -> str:
         elif isinstance(part, dict):
             parts.append(media_line(part))
     return "\n".join(parts)
+
+
+def conversation_language(messages: Sequence[BaseMessage]) -> CjkLanguage | None:
+    """The CJK language the user writes in (their own messages, not an earlier summary, not
+    tool output), or None for another script: the language the summary must be written in."""
+    return dominant_cjk_language(
+        message_text(m) for m in messages if isinstance(m, HumanMessage) and not is_summary(m)
+    )
+
+
+def in_language(summary: str, language: CjkLanguage | None) -> bool:
+    """Whether the summary is written in the conversation's language, as far as its script tells."""
+    return cjk_language(summary) == language
 
 
 TextPart = dict[str, str]
