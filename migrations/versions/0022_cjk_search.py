@@ -2,7 +2,7 @@
 
 Both trigram indexes (migration 0010) need 3 characters, and most Chinese words have two: a
 query like 上海 read every message. Indexed now: each CJK character of a message's text
-(`backend.services.records.search.CJK_RANGES`) and each two of them side by side, the "grams"
+(`backend.services.search.CJK_RANGES`) and each two of them side by side, the "grams"
 a query shorter than 3 characters is looked up by. SQLite: the table `message_search_cjk`
 (gram, message_id), a row per gram, walked newest first. PostgreSQL: the table
 `message_search_cjk` (message_id, grams), a row per message with CJK text and a GIN index on
@@ -18,7 +18,7 @@ Create Date: 2026-12-07 10:00:00.000000
 
 from alembic import op
 
-from backend.services.records.search import CJK_RANGES, POSTGRES_TEXT
+from backend.services.search import CJK_RANGES, POSTGRES_TEXT
 
 revision: str = "0022"
 down_revision: str | None = "0021"

@@ -17,7 +17,7 @@ from sqlalchemy import text as sql
 from backend.db import alembic_config, create_engine, session_factory
 from backend.models import User
 from backend.models.base import JsonDoc
-from backend.services.records import search as message_search
+from backend.services import search as message_search
 from tests.support import databases
 from tests.support.api import signed_in
 from tests.support.scripted_provider import ScriptedProvider, text
