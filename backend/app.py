@@ -42,13 +42,15 @@ from backend.local_model.integration import (
     running_local_model,
 )
 from backend.local_model.supervisor import LocalModelServer
-from backend.model_catalog import ModelList, configured_catalog
 from backend.runtime_factory import (
     model_infos,
     open_runtime,
     runtime_config,
 )
 from backend.secret_policy import require_backend_secrets
+from backend.services.accounts.auth import Passwords
+from backend.services.attachments.extraction.sandbox import ExtractionSandbox
+from backend.services.attachments.reader import DatabaseAttachmentReader
 from backend.services.dashboard import rollups
 from backend.services.delivery.broker import create_broker
 from backend.services.delivery.event_log import EventWriter
@@ -56,9 +58,7 @@ from backend.services.delivery.job_queue import TurnQueue, create_queue
 from backend.services.delivery.liveness import Liveness
 from backend.services.delivery.streams import OpenStreams
 from backend.services.delivery.turn_runner import TurnDefaults, TurnLimits, TurnRunner
-from backend.services.records.attachment_reader import DatabaseAttachmentReader
-from backend.services.records.auth import Passwords
-from backend.services.records.extraction.sandbox import ExtractionSandbox
+from backend.services.model_catalog import ModelList, configured_catalog
 from backend.services.records.originals import DatabaseHistoryBrowser
 from backend.services.throttle import AttemptThrottle
 from backend.settings import Settings, get_settings

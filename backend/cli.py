@@ -277,8 +277,8 @@ def _runtime_version() -> str:
 
 async def _create_user(settings: Settings, username: str, password: str, operator: bool) -> None:
     from backend.db import check_schema, create_engine, session_factory, transaction
+    from backend.services.accounts import admin, auth
     from backend.services.errors import DomainError
-    from backend.services.records import admin, auth
 
     engine = create_engine(settings.resolved_database_url)
     try:
@@ -298,7 +298,7 @@ async def _create_user(settings: Settings, username: str, password: str, operato
 
 async def _create_invite(settings: Settings, days: int) -> None:
     from backend.db import check_schema, create_engine, session_factory, transaction
-    from backend.services.records import admin
+    from backend.services.accounts import admin
 
     engine = create_engine(settings.resolved_database_url)
     try:

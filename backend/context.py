@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from backend.model_catalog import ModelList
+from backend.services.accounts.auth import Passwords
+from backend.services.attachments.extraction.sandbox import ExtractionSandbox
 from backend.services.delivery.broker import LocalBroker
 from backend.services.delivery.streams import OpenStreams
 from backend.services.delivery.turn_host import TurnHost
 from backend.services.delivery.turn_runner import TurnRunner
-from backend.services.records.auth import Passwords
-from backend.services.records.extraction.sandbox import ExtractionSandbox
+from backend.services.model_catalog import ModelList
 from backend.services.throttle import AttemptThrottle
 from backend.settings import Settings
 from chat_shell.runtime import RuntimeConfig

@@ -15,8 +15,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from backend.api.routes.prometheus import add_service_metrics
-from backend.model_catalog import ModelCatalog, ModelInfo, configured_catalog
 from backend.secret_policy import require_metrics_token, require_service_token
+from backend.services.model_catalog import ModelCatalog, ModelInfo, configured_catalog
 from backend.settings import RuntimeConfigurationError, Settings
 from backend.telemetry import setup_telemetry
 from chat_shell.accounting.budget import budget_for

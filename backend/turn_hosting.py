@@ -18,9 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from backend import collector
 from backend.db import check_schema, create_engine, session_factory
 from backend.logs import configure_logging
-from backend.model_catalog import configured_catalog
 from backend.runtime_factory import open_runtime
 from backend.secret_policy import require_backend_secrets
+from backend.services.attachments.reader import DatabaseAttachmentReader
 from backend.services.compaction.ahead import AheadCompactions
 from backend.services.dashboard import rollups
 from backend.services.delivery.broker import LocalBroker, create_broker
@@ -28,9 +28,9 @@ from backend.services.delivery.capabilities import CapabilityIssuer
 from backend.services.delivery.event_log import EventWriter
 from backend.services.delivery.job_queue import QueuedAhead, QueueWorker, WorkerOptions, create_queue
 from backend.services.delivery.turn_host import HostOptions, TurnHost
-from backend.services.records.attachment_reader import DatabaseAttachmentReader
+from backend.services.model_catalog import configured_catalog
 from backend.services.records.originals import DatabaseHistoryBrowser
-from backend.services.records.titles import GeneratedTitles
+from backend.services.titles import GeneratedTitles
 from backend.settings import Settings
 from chat_shell.contracts import TurnRuntime
 from chat_shell.runtime import ChatShell

@@ -33,10 +33,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.db import alembic_config, create_engine, session_factory
 from backend.models import Conversation, User
-from backend.services.records import attachments
-from backend.services.records.attachment_reader import DatabaseAttachmentReader
-from backend.services.records.extraction.sandbox import ExtractionSandbox
-from backend.services.records.uploads import ReceivedFile
+from backend.services.attachments import attachments
+from backend.services.attachments.extraction.sandbox import ExtractionSandbox
+from backend.services.attachments.reader import DatabaseAttachmentReader
+from backend.services.attachments.uploads import ReceivedFile
 from backend.settings import Settings
 from bench.common import Timings, timed
 from chat_shell.accounting.budget import budget_for

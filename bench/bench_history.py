@@ -25,8 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from backend.app import create_app
 from backend.db import create_engine, session_factory
 from backend.models import Conversation, Message, User
+from backend.services.conversations import branches
 from backend.services.delivery import capabilities
-from backend.services.records import branches
 from backend.services.records.history import resolve_history
 from backend.settings import Settings
 from bench.common import each_database, median_ms, row, run_with_quick_flag

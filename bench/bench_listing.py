@@ -15,7 +15,7 @@ from sqlalchemy import insert, select, text
 from backend.db import create_engine, session_factory
 from backend.models import Conversation, Message, User
 from backend.models.base import utcnow
-from backend.services.records import conversations, messages
+from backend.services.conversations import conversations, messages
 from bench.common import each_database, median_ms, row, run_with_quick_flag
 from tests.support import databases
 

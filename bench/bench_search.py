@@ -5,7 +5,7 @@ replies' text in `result.value`, as turns store it) plus another user's 10,000 t
 be found. Queries as a user types them: a rare English phrase, a common English word, a
 four-character Chinese word, a common, a rare and an absent two-character one, a common
 single character, a phrase with SQL wildcards, one that matches nothing. Each runs through
-the service (`backend.services.records.search.search`, the newest 20 hits with snippets) on
+the service (`backend.services.search.search`, the newest 20 hits with snippets) on
 SQLite (FTS5 trigram; under 3 characters the CJK table) and PostgreSQL (pg_trgm GIN; under 3
 characters the CJK table's GIN index). Prints p50/p95 per query and over all, the size of the
 indexes (the CJK one apart), and the target: p95 <= 50 ms on both.
@@ -22,7 +22,7 @@ from sqlalchemy import insert, select, text
 
 from backend.db import create_engine, session_factory
 from backend.models import Conversation, Message, User
-from backend.services.records import search as message_search
+from backend.services import search as message_search
 from bench.common import each_database, row, timed, verdict
 from tests.support.conversation import chinese_text
 

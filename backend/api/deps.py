@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from backend.context import AppContext
 from backend.local_model.supervisor import LocalModelServer
 from backend.models import ApiToken, Session, User
+from backend.services.accounts import auth
 from backend.services.errors import Forbidden, Unauthenticated
-from backend.services.records import auth
 
 SESSION_COOKIE = "chat_shell_session"
 CSRF_COOKIE = "chat_shell_csrf"

@@ -37,7 +37,7 @@ from chat_shell.contracts import (
 from chat_shell.providers.profiles import resolve_profile
 
 if TYPE_CHECKING:
-    from backend.model_catalog import CatalogModel
+    from backend.services.model_catalog import CatalogModel
 
 LOCAL_MODEL_FAILED = "local_model_failed"
 
@@ -122,7 +122,7 @@ def local_entry(settings: Settings, server: LocalModelServer) -> CatalogModel:
     """The local server as a catalog entry (an OpenAI-compatible endpoint without a key)."""
     # Imported here: `serve` imports this module to start the model before the provider
     # modules (langchain-openai and its SDK take seconds to import) load.
-    from backend.model_catalog import NO_KEY, CatalogModel
+    from backend.services.model_catalog import NO_KEY, CatalogModel
 
     model = server.options.model_id
     label = model if settings.local_model_file is not None else chosen_model(settings).title

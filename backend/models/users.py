@@ -27,32 +27,34 @@ class User(Base):
     language: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
-class Session(Base):
-    """A browser login. Only the SHA-256 of the cookie value is stored."""
-
-    __tablename__ = "sessions"
+class _Credential:
+    """What a credential of one account holds: only the SHA-256 of its secret is stored, and it
+    goes with the account."""
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    csrf_token: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+
+
+class Session(_Credential, Base):
+    """A browser login; its secret is the cookie value."""
+
+    __tablename__ = "sessions"
+
+    csrf_token: Mapped[str] = mapped_column(String(64))
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
     last_seen_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     user_agent: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
 
-class ApiToken(Base):
-    """A bearer token for programmatic use. Only the SHA-256 of the secret is stored."""
+class ApiToken(_Credential, Base):
+    """A bearer token for programmatic use."""
 
     __tablename__ = "api_tokens"
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(100))
     prefix: Mapped[str] = mapped_column(String(16))
-    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)

@@ -6,8 +6,6 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from backend.services.records.admin import InviteRow, UserRow
-
 
 class AdminUserOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
@@ -21,10 +19,6 @@ class AdminUserOut(BaseModel):
 
 class AdminUserListItem(AdminUserOut):
     last_seen_at: datetime | None = Field(description="when any live session was last seen")
-
-    @classmethod
-    def of(cls, row: UserRow) -> AdminUserListItem:
-        return cls(**AdminUserOut.model_validate(row.user).model_dump(), last_seen_at=row.last_seen_at)
 
 
 class UserCreate(BaseModel):
@@ -58,14 +52,3 @@ class InviteListItem(BaseModel):
     expires_at: datetime
     used_at: datetime | None
     used_by: str | None = Field(description="the account it created")
-
-    @classmethod
-    def of(cls, row: InviteRow) -> InviteListItem:
-        invite = row.invite
-        return cls(
-            id=invite.id,
-            created_at=invite.created_at,
-            expires_at=invite.expires_at,
-            used_at=invite.used_at,
-            used_by=row.used_by_name,
-        )

@@ -16,7 +16,7 @@ from alembic import op
 revision: str = "0010"
 down_revision: str | None = "0009"
 
-# The expression backend/services/records/search.py queries (one per dialect).
+# The expression backend/services/search.py queries (one per dialect).
 SQLITE_TEXT = (
     "CASE WHEN {row}role = 'assistant' THEN coalesce(json_extract({row}result, '$.value'), '') "
     "ELSE {row}content END"

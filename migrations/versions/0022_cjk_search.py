@@ -18,7 +18,7 @@ Create Date: 2026-12-07 10:00:00.000000
 
 from alembic import op
 
-from backend.services.records.search import POSTGRES_TEXT
+from backend.services.search import POSTGRES_TEXT
 from chat_shell.languages import CJK_RANGES
 
 revision: str = "0022"

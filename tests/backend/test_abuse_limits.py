@@ -20,7 +20,7 @@ from sqlalchemy import update
 from backend.app import create_app
 from backend.db import create_engine, session_factory
 from backend.models import InviteCode
-from backend.services.records import auth
+from backend.services.accounts import auth
 from backend.settings import Settings
 from tests.support import databases
 from tests.support.api import PASSWORD, login, new_operator, register, signed_in

@@ -10,8 +10,8 @@ import pytest
 
 from backend.db import transaction
 from backend.models import Conversation, Message, MessageStatus, Role, User
+from backend.services.attachments import attachments
 from backend.services.errors import Conflict, NotFound
-from backend.services.records import attachments
 from backend.settings import Settings
 from tests.support.api import new_user
 from tests.support.attachments import AttachmentWorld, attachment_world

@@ -14,7 +14,7 @@ from sqlalchemy import text, update
 from backend.db import alembic_config, create_engine, session_factory, transaction
 from backend.models import Conversation
 from backend.models.base import utcnow
-from backend.services.records.conversations import RESTORE_WINDOW
+from backend.services.conversations.conversations import RESTORE_WINDOW
 
 
 async def _listed(client: httpx.AsyncClient, limit: int = 2, **params: object) -> list[int]:

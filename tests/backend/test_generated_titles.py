@@ -21,7 +21,7 @@ import pytest
 from fastapi import FastAPI
 
 from backend.app import create_app
-from backend.services.records.titles import GeneratedTitles
+from backend.services.titles import GeneratedTitles
 from backend.settings import Settings
 from chat_shell.accounting.text_counter import TiktokenText
 from chat_shell.titles import TITLE_INPUT_TOKENS, TITLE_OUTPUT_TOKENS

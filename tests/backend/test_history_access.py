@@ -16,7 +16,7 @@ from langchain_core.tools import ToolException
 from sqlalchemy import select
 
 from backend.models import Message, User
-from backend.services.records.attachment_reader import DatabaseAttachmentReader
+from backend.services.attachments.reader import DatabaseAttachmentReader
 from backend.services.records.originals import DatabaseHistoryBrowser, readable_text
 from backend.settings import Settings
 from chat_shell.accounting.text_counter import TiktokenText

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from backend.db import alembic_config, create_engine, session_factory
 from backend.models import Conversation
-from backend.services.records import messages
+from backend.services.conversations import messages
 from tests.support.databases import insert_first_user, plain_sql
 
 TREE_REVISION = "0014"

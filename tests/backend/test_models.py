@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from backend.app import create_app
-from backend.model_catalog import ModelConfigurationError, read_models_file
+from backend.services.model_catalog import ModelConfigurationError, read_models_file
 from backend.settings import Settings
 from chat_shell.providers.profiles import LOCAL_MODEL_NAME
 from tests.support.api import assistant_reply, signed_in

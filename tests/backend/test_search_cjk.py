@@ -14,40 +14,21 @@ from typing import Any
 
 import httpx
 from alembic import command
-from sqlalchemy import bindparam, event, insert, select, text
+from sqlalchemy import event, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db import alembic_config, create_engine, session_factory
 from backend.models import Conversation, Message, User
-from backend.models.base import JsonDoc
-from backend.services.records import search as message_search
+from backend.services import search as message_search
 from tests.support import databases
 from tests.support.api import signed_in
 from tests.support.conversation import chinese_text
 from tests.support.scripted_provider import ScriptedProvider
 from tests.support.scripted_provider import text as reply
+from tests.support.search import api_search, chat, hit_ids, old_user_finds, seed_old_conversation
 
 # The filler of chinese_text has none of these characters.
 RARE, ABSENT = "上海", "台风"
-
-
-async def _chat(client: httpx.AsyncClient, title: str, *turns: str) -> int:
-    cid = (await client.post("/api/conversations", json={"title": title})).json()["id"]
-    for content in turns:
-        response = await client.post(
-            f"/api/conversations/{cid}/messages", params={"wait": "true"}, json={"content": content}
-        )
-        assert response.status_code == 200, response.text
-    return cid
-
-
-async def _search(client: httpx.AsyncClient, query: str, limit: int = 20) -> httpx.Response:
-    return await client.get("/api/search", params={"q": query, "limit": limit})
-
-
-def _found(response: httpx.Response) -> list[tuple[int, int]]:
-    assert response.status_code == 200, response.text
-    return [(hit["conversation_id"], hit["message_id"]) for hit in response.json()["items"]]
 
 
 async def test_one_and_two_character_words_find_exactly_their_messages_newest_first(
@@ -55,29 +36,29 @@ async def test_one_and_two_character_words_find_exactly_their_messages_newest_fi
 ) -> None:
     # The scripted provider echoes each message ("Echo: ..."): the reply holds the same text.
     async with signed_in(chat_server, "traveller") as me, signed_in(chat_server, "stranger") as other:
-        trip = await _chat(me, "Trip", "明天去上海出差", "上海 invoice attached")
-        home = await _chat(me, "Home", "北京下雨了", "海边的发票", "a股和B股")
-        gone = await _chat(me, "Gone", "上海的酒店")
+        trip = await chat(me, "Trip", "明天去上海出差", "上海 invoice attached")
+        home = await chat(me, "Home", "北京下雨了", "海边的发票", "a股和B股")
+        gone = await chat(me, "Gone", "上海的酒店")
         await me.delete(f"/api/conversations/{gone}")
-        theirs = await _chat(other, "Theirs", "上海见")
-        word = await _search(me, RARE)
-        newest_two = await _search(me, RARE, limit=2)
-        one_char = await _search(me, "海")
-        absent = await _search(me, ABSENT)
-        mixed = await _search(me, f"{RARE} invoice")
-        latin_and_cjk = await _search(me, "A股")
-        stranger = await _search(other, RARE)
-    assert _found(word) == [(trip, 4), (trip, 3), (trip, 2), (trip, 1)]
+        theirs = await chat(other, "Theirs", "上海见")
+        word = await api_search(me, RARE)
+        newest_two = await api_search(me, RARE, limit=2)
+        one_char = await api_search(me, "海")
+        absent = await api_search(me, ABSENT)
+        mixed = await api_search(me, f"{RARE} invoice")
+        latin_and_cjk = await api_search(me, "A股")
+        stranger = await api_search(other, RARE)
+    assert hit_ids(word) == [(trip, 4), (trip, 3), (trip, 2), (trip, 1)]
     assert word.json()["items"][3]["snippet"] == {"before": "明天去", "match": "上海", "after": "出差"}
     assert word.json()["items"][2]["role"] == "assistant"
-    assert _found(newest_two) == [(trip, 4), (trip, 3)]
-    assert _found(one_char) == [(home, 4), (home, 3), (trip, 4), (trip, 3), (trip, 2), (trip, 1)]
+    assert hit_ids(newest_two) == [(trip, 4), (trip, 3)]
+    assert hit_ids(one_char) == [(home, 4), (home, 3), (trip, 4), (trip, 3), (trip, 2), (trip, 1)]
     assert one_char.json()["items"][1]["snippet"] == {"before": "", "match": "海", "after": "边的发票"}
-    assert _found(absent) == []
-    assert _found(mixed) == [(trip, 4), (trip, 3)]
-    assert _found(latin_and_cjk) == [(home, 6), (home, 5)]
+    assert hit_ids(absent) == []
+    assert hit_ids(mixed) == [(trip, 4), (trip, 3)]
+    assert hit_ids(latin_and_cjk) == [(home, 6), (home, 5)]
     assert latin_and_cjk.json()["items"][1]["snippet"]["match"] == "a股"
-    assert _found(stranger) == [(theirs, 2), (theirs, 1)]
+    assert hit_ids(stranger) == [(theirs, 2), (theirs, 1)]
 
 
 def _starting_at_byte(start: int, word: str) -> str:
@@ -97,17 +78,17 @@ async def test_words_across_the_edges_of_what_sqlite_reads_at_a_time_are_found(
 ) -> None:
     """SQLite reads a text in blocks of 16,384 bytes, each in pieces of 512 (migration 0022):
     a word whose first character straddles such an edge is found, at any point of the text."""
-    cid = await _chat(
+    cid = await chat(
         chatter,
         "Long",
         _starting_at_byte(16_383, RARE),  # 上 is bytes 16,383 to 16,385: the first block's edge
         _starting_at_byte(511, RARE),  # a piece's edge
         _starting_at_byte(16_384 + 2 * 512 - 1, "𠀀𠀁"),  # a four-byte character, in the second block
     )
-    found = await _search(chatter, RARE)
-    astral = await _search(chatter, "𠀀𠀁")
-    assert _found(found) == [(cid, 3), (cid, 1)]
-    assert _found(astral) == [(cid, 5)]
+    found = await api_search(chatter, RARE)
+    astral = await api_search(chatter, "𠀀𠀁")
+    assert hit_ids(found) == [(cid, 3), (cid, 1)]
+    assert hit_ids(astral) == [(cid, 5)]
     assert found.json()["items"][1]["snippet"]["after"].startswith("中中中")
 
 
@@ -118,26 +99,26 @@ async def test_the_index_follows_a_reply_to_its_end_and_a_message_whose_text_cha
     async with signed_in(chat_server, "editor") as client:
         cid = (await client.post("/api/conversations", json={"title": "Plans"})).json()["id"]
         sent = await client.post(f"/api/conversations/{cid}/messages", json={"content": "去哪里出差"})
-        asked = await _search(client, "出差")
-        running = await _search(client, RARE)
+        asked = await api_search(client, "出差")
+        running = await api_search(client, RARE)
         turn_id = sent.json()["turn_id"]
         for _ in range(200):
             if (await client.get(f"/api/conversations/{cid}")).json()["running_turn_id"] != turn_id:
                 break
             await asyncio.sleep(0.05)
-        answered = await _search(client, RARE)
+        answered = await api_search(client, RARE)
         async with databases.plain_sql(database_url) as connection:
             await _set_text(connection, cid, 1, "content", "去台风那里出差")
             await _set_text(connection, cid, 2, "result", {"value": "我们下周去北京"})
-        question_edited = await _search(client, ABSENT)
-        reply_edited = await _search(client, RARE)
-        new_word = await _search(client, "北京")
-    assert _found(asked) == [(cid, 1)]  # on send
-    assert _found(running) == []
-    assert _found(answered) == [(cid, 2)]  # at the turn's end
-    assert _found(question_edited) == [(cid, 1)]
-    assert _found(reply_edited) == []
-    assert _found(new_word) == [(cid, 2)]
+        question_edited = await api_search(client, ABSENT)
+        reply_edited = await api_search(client, RARE)
+        new_word = await api_search(client, "北京")
+    assert hit_ids(asked) == [(cid, 1)]  # on send
+    assert hit_ids(running) == []
+    assert hit_ids(answered) == [(cid, 2)]  # at the turn's end
+    assert hit_ids(question_edited) == [(cid, 1)]
+    assert hit_ids(reply_edited) == []
+    assert hit_ids(new_word) == [(cid, 2)]
     assert await _index_rows_of(database_url, RARE) == 0  # nothing of the old text stays
 
 
@@ -168,52 +149,18 @@ async def test_a_message_that_goes_leaves_the_index(chat_server: str, database_u
     """A conversation removed from the database takes its messages out of the index (on SQLite
     the next messages even reuse their ids): they are not found, and leave nothing behind."""
     async with signed_in(chat_server, "purged") as client:
-        kept = await _chat(client, "Kept", "今天在北京")
-        purged = await _chat(client, "Purged", "上海的会议")
+        kept = await chat(client, "Kept", "今天在北京")
+        purged = await chat(client, "Purged", "上海的会议")
         async with databases.plain_sql(database_url) as connection:
             await connection.execute(text("DELETE FROM conversations WHERE id = :id"), {"id": purged})
-        later = await _chat(client, "Later", "晚上吃饭")
-        gone = await _search(client, RARE)
-        stays = await _search(client, "北京")
-        new = await _search(client, "吃饭")
-    assert _found(gone) == []
-    assert _found(stays) == [(kept, 2), (kept, 1)]
-    assert _found(new) == [(later, 2), (later, 1)]
+        later = await chat(client, "Later", "晚上吃饭")
+        gone = await api_search(client, RARE)
+        stays = await api_search(client, "北京")
+        new = await api_search(client, "吃饭")
+    assert hit_ids(gone) == []
+    assert hit_ids(stays) == [(kept, 2), (kept, 1)]
+    assert hit_ids(new) == [(later, 2), (later, 1)]
     assert await _index_rows_of(database_url, RARE) == 0
-
-
-async def _seed_before_0022(url: str) -> None:
-    async with databases.plain_sql(url) as connection:
-        await databases.insert_first_user(connection, "early")
-        await connection.execute(
-            text(
-                "INSERT INTO conversations (id, owner_id, title, created_at, updated_at, "
-                "next_message_id) VALUES (1, 1, 'Old', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 3)"
-            )
-        )
-        for number, role, content, result in (
-            (1, "user", "去上海的机票", None),
-            (2, "assistant", "", {"value": "已经订好了上海的酒店"}),
-        ):
-            await connection.execute(
-                text(
-                    "INSERT INTO messages (conversation_id, message_id, role, status, content, result, "
-                    "has_checkpoint, created_at, updated_at) VALUES (1, :n, :role, 'completed', "
-                    ":content, :result, false, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
-                ).bindparams(bindparam("result", type_=JsonDoc)),
-                {"n": number, "role": role, "content": content, "result": result},
-            )
-
-
-async def _search_as_early(url: str, query: str) -> list[int]:
-    engine = create_engine(url)
-    try:
-        async with session_factory(engine)() as db:
-            user = await db.scalar(select(User).where(User.username == "early"))
-            assert user is not None
-            return [hit.message_id for hit in await message_search.search(db, user, query, 10)]
-    finally:
-        await engine.dispose()
 
 
 async def _cjk_objects(url: str) -> list[str]:
@@ -235,16 +182,16 @@ def test_messages_stored_before_migration_0022_are_found_and_its_downgrade_remov
 ) -> None:
     config = alembic_config(unmigrated_url)
     command.upgrade(config, "0021")
-    asyncio.run(_seed_before_0022(unmigrated_url))
+    asyncio.run(seed_old_conversation(unmigrated_url, "去上海的机票", "已经订好了上海的酒店"))
     command.upgrade(config, "head")
-    assert asyncio.run(_search_as_early(unmigrated_url, RARE)) == [2, 1]
-    assert asyncio.run(_search_as_early(unmigrated_url, "酒")) == [2]
+    assert asyncio.run(old_user_finds(unmigrated_url, RARE)) == [2, 1]
+    assert asyncio.run(old_user_finds(unmigrated_url, "酒")) == [2]
     assert asyncio.run(_cjk_objects(unmigrated_url)) != []
     command.downgrade(config, "0021")
     assert asyncio.run(_cjk_objects(unmigrated_url)) == []
-    assert asyncio.run(_search_as_early(unmigrated_url, "上海的")) == [2, 1]
+    assert asyncio.run(old_user_finds(unmigrated_url, "上海的")) == [2, 1]
     command.upgrade(config, "head")
-    assert asyncio.run(_search_as_early(unmigrated_url, RARE)) == [2, 1]
+    assert asyncio.run(old_user_finds(unmigrated_url, RARE)) == [2, 1]
 
 
 # -- the CJK index is what answers ------------------------------------------------------------

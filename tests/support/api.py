@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from backend.app import create_app
 from backend.db import create_engine, session_factory, transaction
 from backend.models import User
-from backend.services.records import auth
+from backend.services.accounts import auth
 from backend.settings import Settings
 from tests.support.servers import serve
 

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.app import create_app
 from backend.db import create_engine, session_factory
-from backend.services.records.attachment_reader import DatabaseAttachmentReader
+from backend.services.attachments.reader import DatabaseAttachmentReader
 from backend.settings import Settings
 from tests.support.api import new_user
 from tests.support.servers import serve

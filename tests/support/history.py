@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.models import Conversation, Message, MessageStatus, Role, User
-from backend.services.records.lineage import find_visible_message, lineage
+from backend.services.conversations.lineage import find_visible_message, lineage
 from chat_shell.contracts import ChainMessage, ChainMetadata, TokenCount, ToolCall
 
 BASE_TIME = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)

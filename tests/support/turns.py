@@ -9,9 +9,10 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.db import transaction
-from backend.model_catalog import ModelCatalog
+from backend.services.accounts import auth
+from backend.services.conversations import conversations
 from backend.services.delivery import turns
-from backend.services.records import auth, conversations
+from backend.services.model_catalog import ModelCatalog
 from chat_shell.contracts import (
     TERMINAL_EVENT_TYPES,
     ChainMessage,

@@ -1,7 +1,7 @@
 """The operators' users page API: accounts, their role and state, password resets, the audit log.
 
 Operator accounts only (others: 403 `operator_only`); every action is recorded in the audit log
-(`backend.services.records.admin`). Invite codes are under `/api/auth/invites`.
+(`backend.services.accounts.admin`). Invite codes are under `/api/auth/invites`.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from backend.api.deps import Ctx, CurrentOperator, Db
 from backend.api.params import UserId
 from backend.context import AppContext
 from backend.schemas.admin import AdminUserListItem, AdminUserOut, AuditEventOut, PasswordReset, UserCreate
-from backend.services.records import admin
+from backend.services.accounts import admin
 
 router = APIRouter(prefix="/api/admin", tags=["operators"])
 
 
 @router.get("/users", response_model=list[AdminUserListItem])
 async def list_users(_: CurrentOperator, db: Db) -> list[AdminUserListItem]:
-    return [AdminUserListItem.of(row) for row in await admin.list_users(db)]
+    return await admin.list_users(db)
 
 
 @router.post("/users", status_code=status.HTTP_201_CREATED, response_model=AdminUserOut)

@@ -15,9 +15,9 @@ from backend.api.deps import Ctx, CurrentUser, Db
 from backend.api.params import AttachmentId, Offset
 from backend.models.base import MAX_BIG_ID
 from backend.schemas.attachments import AttachmentOut
+from backend.services.attachments import attachments
+from backend.services.attachments.uploads import CONVERSATION_FIELD, FILE_FIELD
 from backend.services.errors import NotFound
-from backend.services.records import attachments
-from backend.services.records.uploads import CONVERSATION_FIELD, FILE_FIELD
 from chat_shell.contracts import AttachmentPage
 
 router = APIRouter(prefix="/api/attachments", tags=["attachments"])

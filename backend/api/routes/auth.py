@@ -31,8 +31,8 @@ from backend.schemas.auth import (
     TokenOut,
     UserOut,
 )
+from backend.services.accounts import admin, auth
 from backend.services.errors import Forbidden
-from backend.services.records import admin, auth
 
 router = APIRouter(prefix="/api/auth", tags=["auth"])
 
@@ -158,7 +158,7 @@ async def create_invite(body: InviteCreate, operator: CurrentOperator, db: Db, c
 @router.get("/invites", response_model=list[InviteListItem])
 async def list_invites(_: CurrentOperator, db: Db) -> list[InviteListItem]:
     """Operators: every invite code, spent or not (the codes themselves were shown once)."""
-    return [InviteListItem.of(row) for row in await admin.list_invites(db)]
+    return await admin.list_invites(db)
 
 
 @router.delete("/invites/{invite_id}", status_code=status.HTTP_204_NO_CONTENT)

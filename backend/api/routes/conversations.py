@@ -17,7 +17,7 @@ from backend.schemas.conversations import (
     ForkRequest,
     MessagePage,
 )
-from backend.services.records import conversations, exports, messages
+from backend.services.conversations import conversations, exports, messages
 
 router = APIRouter(prefix="/api/conversations", tags=["conversations"])
 MAX_PAGE = 200

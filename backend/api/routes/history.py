@@ -27,9 +27,10 @@ from backend.models import Conversation
 from backend.models.base import MAX_INT
 from backend.schemas.history import ModelContext
 from backend.schemas.model_requests import ModelRequestView
+from backend.services.attachments.reader import DatabaseAttachmentReader
+from backend.services.conversations import conversations
 from backend.services.delivery import capabilities
-from backend.services.records import conversations, model_requests, originals
-from backend.services.records.attachment_reader import DatabaseAttachmentReader
+from backend.services.records import model_requests, originals
 from backend.services.records.history import latest_metrics, prompt_tokens, resolve_history
 from chat_shell.contracts import (
     MAX_OUTLINE_ITEMS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from backend.api.deps import Ctx, CurrentUser
-from backend.model_catalog import ModelList
+from backend.services.model_catalog import ModelList
 
 router = APIRouter(prefix="/api/models", tags=["models"])
 

@@ -21,8 +21,10 @@ from backend.api.deps import SESSION_COOKIE, Db, app_context, local_model_of
 from backend.api.params import ConversationId
 from backend.api.routes.shares import ShareToken
 from backend.models import User
+from backend.services import shares
+from backend.services.accounts import auth
+from backend.services.conversations import conversations
 from backend.services.errors import NotFound
-from backend.services.records import auth, conversations, shares
 
 FRONTEND = Path(__file__).resolve().parents[3] / "frontend"
 templates = Jinja2Templates(directory=FRONTEND / "templates")

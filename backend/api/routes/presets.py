@@ -7,7 +7,7 @@ from fastapi import APIRouter, status
 from backend.api.deps import Ctx, CurrentUser, Db
 from backend.api.params import PresetId
 from backend.schemas.conversations import PresetCreate, PresetOut, PresetUpdate
-from backend.services.records import presets
+from backend.services import presets
 
 router = APIRouter(prefix="/api/presets", tags=["presets"])
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from backend.api.deps import CurrentUser, Db
 from backend.schemas.search import SearchHit, SearchResults
-from backend.services.records import search as message_search
+from backend.services import search as message_search
 
 router = APIRouter(prefix="/api/search", tags=["search"])
 

@@ -11,7 +11,8 @@ from fastapi import APIRouter, Path, status
 from backend.api.deps import CurrentUser, Db
 from backend.api.params import ConversationId
 from backend.schemas.shares import NewShare, SharedConversation, ShareList, ShareOut
-from backend.services.records import conversations, shares
+from backend.services import shares
+from backend.services.conversations import conversations
 
 router = APIRouter(tags=["shares"])
 # Tokens are `secrets.token_urlsafe(32)`: 43 characters of the URL-safe alphabet.

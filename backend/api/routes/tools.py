@@ -7,7 +7,8 @@ from fastapi import APIRouter
 from backend.api.deps import Ctx, CurrentUser, Db
 from backend.api.params import ConversationId
 from backend.schemas.mcp import McpChoice, McpPanel
-from backend.services.records import conversations, mcp_servers
+from backend.services import mcp_servers
+from backend.services.conversations import conversations
 
 router = APIRouter(prefix="/api/conversations", tags=["tools"])
 

@@ -26,8 +26,9 @@ from backend.schemas.conversations import (
     TurnStartedOut,
     VersionRequest,
 )
+from backend.services.accounts import auth
+from backend.services.conversations import branches, conversations, messages
 from backend.services.delivery import streams, turns
-from backend.services.records import auth, branches, conversations, messages
 
 router = APIRouter(prefix="/api/conversations", tags=["turns"])
 

@@ -36,10 +36,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.db import transaction
 from backend.models import Message
+from backend.services.accounts import auth
+from backend.services.conversations import conversations
 from backend.services.dashboard import rollups
 from backend.services.delivery import turn_endings, turns
 from backend.services.errors import NotFound
-from backend.services.records import auth, conversations
 from backend.services.records.history import resolve_history, turn_entries
 from chat_shell.contracts import AheadCompactor, AheadRequest, CompactionStatusSink, ContextCompactionEvent
 

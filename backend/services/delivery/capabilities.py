@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.models import Conversation, Turn, TurnStatus
+from backend.services.conversations import conversations
 from backend.services.decimals import ascii_decimal
 from backend.services.errors import NotFound, Unauthenticated
-from backend.services.records import conversations
 from chat_shell.contracts import BackendAccess
 
 PREFIX = "cst2."

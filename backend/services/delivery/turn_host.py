@@ -21,6 +21,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.models import Attachment, CompactionEvent, Conversation, Message, Turn, TurnStatus
+from backend.services.attachments import attachments
 from backend.services.dashboard import rollups
 from backend.services.delivery import turn_endings, turns
 from backend.services.delivery.broker import LocalBroker
@@ -28,9 +29,8 @@ from backend.services.delivery.capabilities import CapabilityIssuer
 from backend.services.delivery.event_log import EventWriter, LogWriteFailed, TurnLog, latest_seq
 from backend.services.delivery.relay import Relay
 from backend.services.delivery.stream_events import Restarted, relayed
-from backend.services.records import attachments
 from backend.services.records.history import resolve_history
-from backend.services.records.titles import GeneratedTitles
+from backend.services.titles import GeneratedTitles
 from chat_shell.contracts import (
     AttachmentRef,
     CompactionRecord,

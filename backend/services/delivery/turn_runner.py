@@ -15,14 +15,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.db import transaction
-from backend.model_catalog import ModelCatalog
 from backend.models import Conversation, User
+from backend.services.conversations import conversations
 from backend.services.delivery import streams, turns
 from backend.services.delivery.broker import LocalBroker
 from backend.services.delivery.job_queue import TurnQueue
 from backend.services.delivery.turn_host import TurnHost
 from backend.services.errors import Conflict, Invalid, Unavailable
-from backend.services.records import conversations
+from backend.services.model_catalog import ModelCatalog
 from chat_shell.contracts import TERMINAL_EVENT_TYPES, NextTurnPreviewer, TurnRuntime
 
 log = logging.getLogger(__name__)

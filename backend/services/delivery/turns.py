@@ -22,10 +22,11 @@ from backend.models import (
     User,
 )
 from backend.models.base import utcnow
+from backend.services.accounts import auth
+from backend.services.attachments import attachments
+from backend.services.conversations.conversations import running_turns
 from backend.services.dashboard import rollups
 from backend.services.errors import Conflict, Invalid, RateLimited, Unavailable
-from backend.services.records import attachments, auth
-from backend.services.records.conversations import running_turns
 
 # A turn refused past the service's capacity is asked again after this many seconds.
 AT_CAPACITY_RETRY_SECONDS = 3

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.models import Attachment, Conversation, Message, MessageStatus, Role
-from backend.services.records import branches
+from backend.services.conversations import branches
 from chat_shell.accounting.text_counter import text_counter_for
 from chat_shell.contracts import ChainMessage, ChainMetadata, ContextMetrics
 from chat_shell.messages.convert import entry_id

@@ -15,10 +15,10 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.models import Conversation, Message, Role
+from backend.services.conversations.lineage import find_visible_message, lineage
+from backend.services.conversations.messages import visible_messages
 from backend.services.errors import NotFound
 from backend.services.records.history import path_checkpoint_id
-from backend.services.records.lineage import find_visible_message, lineage
-from backend.services.records.messages import visible_messages
 from chat_shell.contracts import MAX_OUTLINE_ITEMS, OriginalsPage, OriginalSummary, OriginalText
 
 SNIPPET_CHARS = 160

@@ -13,8 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from backend.services.records.extraction import DetectedType, Extraction, ExtractionLimits, detect, extract
-from backend.services.records.extraction.limits import MB
+from backend.services.attachments.extraction import (
+    DetectedType,
+    Extraction,
+    ExtractionLimits,
+    detect,
+    extract,
+)
+from backend.services.attachments.extraction.limits import MB
 
 # The exit status of a worker that ran out of its address space (see `_bounded`).
 OUT_OF_MEMORY_EXIT = 86

@@ -19,9 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from backend.models import Conversation, Message
+from backend.services.conversations.conversations import running_turns
+from backend.services.conversations.lineage import find_visible_message, lineage
 from backend.services.errors import Conflict, NotFound
-from backend.services.records.conversations import running_turns
-from backend.services.records.lineage import find_visible_message, lineage
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.models import Attachment, AttachmentStatus, Conversation, Message
+from backend.services.attachments import attachments as attachment_service
+from backend.services.conversations.lineage import lineage
 from backend.services.errors import NotFound
-from backend.services.records import attachments as attachment_service
-from backend.services.records.lineage import lineage
 from backend.settings import Settings
 from chat_shell.contracts import AttachmentImage, AttachmentPage, AttachmentRef, shows_as_image
 

@@ -1,6 +1,6 @@
 """Accounts: password hashing, registration (open, by invite, closed), browser sessions and API tokens.
 
-A disabled account (`users.disabled_at`, set by an operator: `backend.services.records.admin`)
+A disabled account (`users.disabled_at`, set by an operator: `backend.services.accounts.admin`)
 cannot log in, and neither its sessions nor its tokens authenticate."""
 
 from __future__ import annotations

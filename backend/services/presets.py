@@ -7,9 +7,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from backend.model_catalog import ModelCatalog
 from backend.models import Preset, User
 from backend.services.errors import Conflict, NotFound
+from backend.services.model_catalog import ModelCatalog
 
 
 async def list_own(db: AsyncSession, user: User) -> list[Preset]:

@@ -10,13 +10,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import case, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from backend.model_catalog import ModelCatalog
 from backend.models import Conversation, Message, MessageStatus, Role, TitleSource, Turn, TurnStatus, User
 from backend.models.base import MAX_BIG_ID, utcnow
 from backend.schemas.conversations import ConversationOut, ConversationPage
+from backend.services.conversations.lineage import find_visible_message, lineage
 from backend.services.decimals import ascii_decimal
 from backend.services.errors import Conflict, Invalid, Malformed, NotFound
-from backend.services.records.lineage import find_visible_message, lineage
+from backend.services.model_catalog import ModelCatalog
 
 
 async def get_owned(db: AsyncSession, user: User, conversation_id: int) -> Conversation:

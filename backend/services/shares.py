@@ -18,9 +18,9 @@ from backend.models import Conversation, Message, ShareLink, User
 from backend.models.base import utcnow
 from backend.schemas.conversations import AttachmentSummary
 from backend.schemas.shares import SharedConversation, SharedMessage
+from backend.services.conversations import branches
+from backend.services.conversations.messages import attachments_by_message
 from backend.services.errors import Invalid, NotFound
-from backend.services.records import branches
-from backend.services.records.messages import attachments_by_message
 
 TOKEN_BYTES = 32
 

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from pebble import ProcessExpired, ProcessPool
 
-from backend.services.records.extraction import (
+from backend.services.attachments.extraction import (
     DetectedType,
     Extraction,
     ExtractionLimits,
@@ -32,7 +32,7 @@ from backend.services.records.extraction import (
     failed,
     worker,
 )
-from backend.services.records.extraction.store import remove_extract
+from backend.services.attachments.extraction.store import remove_extract
 from backend.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.services.records.extraction.errors import ExtractionStopped
+from backend.services.attachments.extraction.errors import ExtractionStopped
 
 MB = 1024 * 1024
 # Small parts may compress far better than 100:1 (a run of empty cells, boilerplate XML) and cost

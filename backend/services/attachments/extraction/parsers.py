@@ -26,15 +26,15 @@ from docx.table import Table
 from lxml import etree
 from pypdf import PdfReader
 
-from backend.services.records.extraction.detection import DetectedType
-from backend.services.records.extraction.errors import ExtractionFailed
-from backend.services.records.extraction.limits import (
+from backend.services.attachments.extraction.detection import DetectedType
+from backend.services.attachments.extraction.errors import ExtractionFailed
+from backend.services.attachments.extraction.limits import (
     ExtractionLimits,
     check_html_size,
     check_package,
     check_pdf_pages,
 )
-from backend.services.records.extraction.store import ExtractWriter
+from backend.services.attachments.extraction.store import ExtractWriter
 
 READ_CHUNK = 1024 * 1024
 Notes = dict[str, Any]

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from backend.models import Conversation
 from backend.models.base import utcnow
 from backend.schemas.conversations import ConversationExport, ConversationOut
-from backend.services.records import messages
+from backend.services.conversations import messages
 from chat_shell.contracts import SUMMARY_STRATEGIES
 from chat_shell.sizes import byte_size
 

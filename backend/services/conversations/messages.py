@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.models import Attachment, Conversation, Message
 from backend.schemas.conversations import MessageOut, MessagePage
-from backend.services.records import branches
+from backend.services.conversations import branches
 
 # Messages per query when a whole transcript is read.
 TRANSCRIPT_PAGE = 500

@@ -25,13 +25,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from backend.db import transaction
 from backend.models import Attachment, AttachmentStatus, Conversation, Message, User
 from backend.models.base import MAX_BIG_ID, utcnow
+from backend.services.attachments.extraction import Extraction, ExtractionStopped, failed
+from backend.services.attachments.extraction.sandbox import UNDETECTED, ExtractionSandbox
+from backend.services.attachments.extraction.store import INDEX_NAME, TEXT_NAME, index_path, read_chars
+from backend.services.attachments.uploads import CONVERSATION_FIELD, ReceivedFile, receive_file
+from backend.services.conversations import conversations
 from backend.services.decimals import ascii_decimal
 from backend.services.errors import Conflict, Invalid, NotFound, TooLarge
-from backend.services.records import conversations
-from backend.services.records.extraction import Extraction, ExtractionStopped, failed
-from backend.services.records.extraction.sandbox import UNDETECTED, ExtractionSandbox
-from backend.services.records.extraction.store import INDEX_NAME, TEXT_NAME, index_path, read_chars
-from backend.services.records.uploads import CONVERSATION_FIELD, ReceivedFile, receive_file
 from backend.settings import Settings
 from chat_shell.contracts import AttachmentPage, AttachmentRef
 

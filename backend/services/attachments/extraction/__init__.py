@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from backend.services.records.extraction.detection import DetectedType, detect
-from backend.services.records.extraction.errors import ExtractionFailed, ExtractionStopped
-from backend.services.records.extraction.limits import ExtractionLimits
-from backend.services.records.extraction.parsers import PARSERS, check_image
-from backend.services.records.extraction.store import ExtractWriter, StoredExtract
+from backend.services.attachments.extraction.detection import DetectedType, detect
+from backend.services.attachments.extraction.errors import ExtractionFailed, ExtractionStopped
+from backend.services.attachments.extraction.limits import ExtractionLimits
+from backend.services.attachments.extraction.parsers import PARSERS, check_image
+from backend.services.attachments.extraction.store import ExtractWriter, StoredExtract
 
 __all__ = [
     "DetectedType",

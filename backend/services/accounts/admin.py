@@ -13,7 +13,6 @@ last one can neither revoke their own role nor disable themselves.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Literal
 
 from sqlalchemy import func, select, update
@@ -22,8 +21,10 @@ from sqlalchemy.orm import aliased
 
 from backend.models import AuditEvent, InviteCode, Session, User
 from backend.models.base import utcnow
+from backend.schemas.admin import AdminUserListItem, AdminUserOut, InviteListItem
+from backend.services.accounts import auth
+from backend.services.conversations import conversations
 from backend.services.errors import Conflict, NotFound
-from backend.services.records import auth, conversations
 
 AuditAction = Literal[
     "user.create",
@@ -63,13 +64,7 @@ async def audit_log(db: AsyncSession, limit: int = AUDIT_PAGE) -> list[AuditEven
     return list(await db.scalars(select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)))
 
 
-@dataclass(frozen=True)
-class UserRow:
-    user: User
-    last_seen_at: datetime | None
-
-
-async def list_users(db: AsyncSession) -> list[UserRow]:
+async def list_users(db: AsyncSession) -> list[AdminUserListItem]:
     """Every account by name, with when any of its live sessions was last seen."""
     seen = (
         select(Session.user_id, func.max(Session.last_seen_at).label("last_seen_at"))
@@ -82,7 +77,10 @@ async def list_users(db: AsyncSession) -> list[UserRow]:
         .outerjoin(seen, seen.c.user_id == User.id)
         .order_by(func.lower(User.username))
     )
-    return [UserRow(user, last_seen) for user, last_seen in rows]
+    return [
+        AdminUserListItem(**AdminUserOut.model_validate(user).model_dump(), last_seen_at=last_seen)
+        for user, last_seen in rows
+    ]
 
 
 async def _user(db: AsyncSession, user_id: int) -> User:
@@ -188,13 +186,7 @@ async def set_operator(db: AsyncSession, actor: User, user_id: int, operator: bo
     return user
 
 
-@dataclass(frozen=True)
-class InviteRow:
-    invite: InviteCode
-    used_by_name: str | None
-
-
-async def list_invites(db: AsyncSession) -> list[InviteRow]:
+async def list_invites(db: AsyncSession) -> list[InviteListItem]:
     """Every invite code (only digests are stored: the codes themselves were shown once)."""
     used_by = aliased(User)
     rows = await db.execute(
@@ -202,7 +194,16 @@ async def list_invites(db: AsyncSession) -> list[InviteRow]:
         .outerjoin(used_by, used_by.id == InviteCode.used_by)
         .order_by(InviteCode.id.desc())
     )
-    return [InviteRow(invite, name) for invite, name in rows]
+    return [
+        InviteListItem(
+            id=invite.id,
+            created_at=invite.created_at,
+            expires_at=invite.expires_at,
+            used_at=invite.used_at,
+            used_by=name,
+        )
+        for invite, name in rows
+    ]
 
 
 async def create_invite(db: AsyncSession, actor: User | None, days: int) -> auth.NewInvite:
