@@ -1,15 +1,16 @@
-// The chat page: routing between conversations, sending, following the running turn over the
-// resumable stream, versions in place (regenerate, retry, edit-and-resend, the ‹2/3› switcher),
-// export, and the context meter.
+// The chat page: routing between conversations, sending, and following the running turn over
+// the resumable stream into the transcript and the context meter. The frame (drawer, menus), the
+// message buttons and the retry of a refused send are modules of their own.
+import { admitted } from "./admission.js";
 import { ApiError, api, logout } from "./api.js";
+import { closeSidebar, setUpLayout } from "./chat-layout.js";
 import { Composer } from "./composer.js";
 import { titleFrom } from "./format.js";
-import { HeaderMenu } from "./header-menu.js";
 import { instrumentation, markFirstPage, recordEvent } from "./instrumentation.js";
 import { Instructions } from "./instructions.js";
 import { LocalModelNotice } from "./local-model.js";
+import { MessageActions } from "./message-actions.js";
 import { MessageSearch } from "./message-search.js";
-import { copyText } from "./markdown.js";
 import { ContextMeter } from "./meter.js";
 import { ModelPicker } from "./model-picker.js";
 import { ModelView } from "./model-view.js";
@@ -19,6 +20,7 @@ import { UndoToast } from "./undo-toast.js";
 import { TurnStream } from "./stream.js";
 import { ToolsPanel } from "./tools-panel.js";
 import { Transcript } from "./transcript.js";
+import { awaitTitle } from "./title-watch.js";
 import { t } from "./i18n.js";
 
 const PAGE = 40;
@@ -113,6 +115,8 @@ const instructions = new Instructions($("instructions-button"), {
 
 const localModel = new LocalModelNotice($("local-model-status"), composer, boot.local_model);
 const isLocalModelError = (code) => typeof code === "string" && code.startsWith("local_model_");
+
+const say = (text, kind) => composer.say(text, kind);
 
 function announce(text) {
   $("announcer").textContent = text;
@@ -268,7 +272,7 @@ const ON_EVENT = {
     view.render(data.message);
     meter.setMetrics(data.message.result?.context_metrics);
     finishTurn(t("The reply is complete."));
-    if (state.conversation?.title_source === "fallback") awaitTitle(state.conversation.id);
+    if (state.conversation?.title_source === "fallback") awaitTitle(state.conversation.id, showGeneratedTitle);
   },
   "turn.cancelled": (view) => {
     view.end("cancelled", null);
@@ -285,29 +289,9 @@ function handleEvent(view, name, data) {
   ON_EVENT[name]?.(view, data);
 }
 
-// A conversation named by its first line gets a generated title after a completed reply,
-// written in the background: the page re-reads the conversation until the title has come
-// (usually within a few seconds; it stops asking after about a minute).
-const TITLE_CHECKS_MS = [500, 1000, 2000, 4000, 8000, 16000, 32000];
-const awaitingTitles = new Set();
-
-async function awaitTitle(id) {
-  if (awaitingTitles.has(id)) return;
-  awaitingTitles.add(id);
-  try {
-    for (const delay of TITLE_CHECKS_MS) {
-      await new Promise((resolve) => setTimeout(resolve, delay));
-      const conversation = await api.get(`/api/conversations/${id}`);
-      if (conversation.title_source === "fallback") continue;
-      sidebar.upsert(conversation);
-      retitle(conversation);
-      return;
-    }
-  } catch {
-    // Deleted or unreachable meanwhile: the sidebar shows what it had.
-  } finally {
-    awaitingTitles.delete(id);
-  }
+function showGeneratedTitle(conversation) {
+  sidebar.upsert(conversation);
+  retitle(conversation);
 }
 
 function finishTurn(message) {
@@ -325,26 +309,6 @@ instrumentation.streamedText = (messageId) => transcript.view(messageId)?.stream
 
 // -- actions -------------------------------------------------------------------------------
 
-// A send the service cannot take yet (503 past its capacity, or no worker) is sent again after
-// the Retry-After it was given, saying so, for about two minutes; nothing was stored meanwhile.
-const ADMISSION_CODES = new Set(["at_capacity", "no_worker"]);
-const ADMISSION_ATTEMPTS = 40;
-
-async function admitted(post) {
-  for (let attempt = 1; ; attempt += 1) {
-    try {
-      const result = await post();
-      if (attempt > 1) composer.say("");
-      return result;
-    } catch (error) {
-      if (!(error instanceof ApiError) || !ADMISSION_CODES.has(error.code) || attempt >= ADMISSION_ATTEMPTS) throw error;
-      const seconds = error.retryAfter ?? 3;
-      composer.say(t("{message} Trying again in {seconds} s…", { message: error.message, seconds }), "warning");
-      await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
-    }
-  }
-}
-
 async function send(text, attachments) {
   await state.opened;
   if (!state.conversation) {
@@ -361,7 +325,7 @@ async function send(text, attachments) {
   const conversation = state.conversation;
   let started;
   try {
-    started = await admitted(() => api.post(`/api/conversations/${conversation.id}/messages`, { content: text, attachment_ids: attachments.map((a) => a.id) }));
+    started = await admitted(() => api.post(`/api/conversations/${conversation.id}/messages`, { content: text, attachment_ids: attachments.map((a) => a.id) }), say);
   } catch (error) {
     if (error.code === "turn_running") {
       await open(conversation.id); // another tab is writing here: follow that reply
@@ -376,147 +340,22 @@ async function send(text, attachments) {
   follow(started.turn_id, view);
 }
 
-// Versions in place: a new version of a reply (regenerate, retry), an edited question, or
-// another version shown; the page then shows the conversation's current path again.
-// `byKeyboard`: the button was pressed from the keyboard; the page drawn again has lost it, so the
-// focus goes on from where that user is (a pointer's click leaves the focus, and a phone's
-// keyboard, alone).
-async function regenerate(view, byKeyboard) {
-  const conversation = state.conversation;
-  try {
-    await admitted(() => api.post(`/api/conversations/${conversation.id}/regenerate`, { message_id: view.message.message_id }));
-    await open(conversation.id);
-    if (byKeyboard) composer.focus(); // beside Stop, while the new version is written
-    announce(t("Writing a new version of the reply."));
-  } catch (error) {
-    composer.say(t("Could not write a new version: {message}", { message: error.message }), "error");
-    if (isLocalModelError(error.code)) localModel.refresh();
-  }
-}
-
-async function editAndResend(view, text) {
-  const conversation = state.conversation;
-  try {
-    await api.post(`/api/conversations/${conversation.id}/messages`, { content: text, edits: view.message.message_id });
-    await open(conversation.id);
-  } catch (error) {
-    composer.say(t("Could not send the edited message: {message}", { message: error.message }), "error");
-    if (isLocalModelError(error.code)) localModel.refresh();
-  }
-}
-
-async function showVersion(messageId, pressed) {
-  const conversation = state.conversation;
-  try {
-    await api.post(`/api/conversations/${conversation.id}/versions`, { message_id: messageId });
-    await open(conversation.id);
-    if (pressed) {
-      // The same step (‹ or ›) of the version shown, or the other one at the end of the row.
-      const steps = [...document.querySelectorAll(`.msg[data-message-id="${messageId}"] [data-action="show-version"]`)].filter((b) => !b.disabled);
-      (steps.find((b) => b.getAttribute("aria-label") === pressed) ?? steps[0])?.focus();
-    }
-    announce(t("Showing another version."));
-  } catch (error) {
-    composer.say(t("Could not show that version: {message}", { message: error.message }), "error");
-  }
-}
-
-$("messages").addEventListener("click", async (event) => {
-  const button = event.target.closest("button[data-action]");
-  if (!button) return;
-  const article = button.closest(".msg");
-  const view = article?.view;
-  switch (button.dataset.action) {
-    case "copy-code": {
-      await copyText(button.closest(".codeblock").querySelector("code").textContent);
-      flash(button, t("Copied"));
-      break;
-    }
-    case "copy":
-      await copyText(view.copyText());
-      flash(button, t("Copied"));
-      break;
-    case "regenerate":
-      if (!state.stream) regenerate(view, button.matches(":focus-visible"));
-      break;
-    case "edit":
-      if (!state.stream) view.startEditing((text) => editAndResend(view, text));
-      break;
-    case "show-version":
-      if (!state.stream) showVersion(Number(button.dataset.messageId), button.matches(":focus-visible") && button.getAttribute("aria-label"));
-      break;
-    case "approve":
-    case "deny":
-      await decide(button, button.dataset.action === "approve");
-      break;
-    default:
-      break;
-  }
+new MessageActions($("messages"), {
+  conversation: () => state.conversation,
+  busy: () => Boolean(state.stream),
+  open,
+  say,
+  announce,
+  focusComposer: () => composer.focus(),
+  admitted: (post) => admitted(post, say),
+  modelFailed: (code) => {
+    if (isLocalModelError(code)) localModel.refresh();
+  },
 });
 
-// The decision on an "ask first" call; the block changes when its `approval.decided` arrives.
-async function decide(button, allow) {
-  const buttons = button.parentElement.querySelectorAll("button");
-  for (const each of buttons) each.disabled = true;
-  try {
-    await api.post(`/api/conversations/${state.conversation.id}/approvals`, { call_id: button.dataset.callId, allow });
-  } catch (error) {
-    for (const each of buttons) each.disabled = false;
-    composer.say(t("The decision was not sent: {message}", { message: error.message }), "error");
-  }
-}
-
-function flash(button, text) {
-  const before = button.textContent;
-  button.textContent = text;
-  setTimeout(() => {
-    button.textContent = before;
-  }, 1200);
-}
-
-// -- layout: the sidebar as a drawer on narrow screens --------------------------------------
-
-function closeSidebar() {
-  document.body.classList.remove("sidebar-open");
-  $("sidebar-toggle").setAttribute("aria-expanded", "false");
-  $("scrim").hidden = true;
-}
-
-$("sidebar-toggle").addEventListener("click", () => {
-  const open = !document.body.classList.contains("sidebar-open");
-  document.body.classList.toggle("sidebar-open", open);
-  $("sidebar-toggle").setAttribute("aria-expanded", String(open));
-  $("scrim").hidden = !open;
-  if (open) $("conversation-search").focus();
-});
-$("scrim").addEventListener("click", closeSidebar);
-document.addEventListener("keydown", (event) => {
-  if (event.key === "Escape" && document.body.classList.contains("sidebar-open")) {
-    closeSidebar();
-    $("sidebar-toggle").focus();
-  }
-});
-
-new HeaderMenu($("header-menu-button"), $("header-actions"));
-
+setUpLayout();
 $("share-button").addEventListener("click", () => {
   if (state.conversation) new ShareDialog(state.conversation.id).show();
-});
-
-// The export menu closes once a format is chosen, on Escape, and on a click elsewhere.
-const exportMenu = $("export-menu");
-exportMenu.addEventListener("click", (event) => {
-  if (event.target.closest("a")) exportMenu.open = false;
-});
-exportMenu.addEventListener("keydown", (event) => {
-  if (event.key === "Escape" && exportMenu.open) {
-    event.preventDefault(); // the header's menu, around it on a narrow screen, stays open
-    exportMenu.open = false;
-    exportMenu.querySelector("summary").focus();
-  }
-});
-document.addEventListener("click", (event) => {
-  if (exportMenu.open && !exportMenu.contains(event.target)) exportMenu.open = false;
 });
 
 // A new chat starts in the message box; a page just loaded leaves the focus to the reader, so the

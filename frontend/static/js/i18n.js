@@ -15,7 +15,8 @@ export const language = catalog.locale;
 
 const plurals = new Intl.PluralRules(catalog.locale);
 
-function fill(text, params) {
+// A message already in the page's language, its placeholders filled.
+export function fill(text, params) {
   return text.replace(/\{(\w+)\}/g, (whole, name) => (name in params ? String(params[name]) : whole));
 }
 

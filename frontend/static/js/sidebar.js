@@ -4,7 +4,7 @@
 // left to the app (client-side routing).
 import { api } from "./api.js";
 import { h, icon } from "./format.js";
-import { t } from "./i18n.js";
+import { fill, t } from "./i18n.js";
 
 const PAGE = 30;
 
@@ -25,12 +25,15 @@ const TEXT = {
   branchMark: t("Branch:"),
   running: t("A reply is being written"),
   newTitle: t("New title"),
-  rename: (title) => t("Rename “{title}”", { title }),
-  pin: (title) => t("Pin “{title}”", { title }),
-  unpin: (title) => t("Unpin “{title}”", { title }),
-  archive: (title) => t("Archive “{title}”", { title }),
-  unarchive: (title) => t("Unarchive “{title}”", { title }),
-  delete: (title) => t("Delete “{title}”", { title }),
+  // A row's buttons, by action: the label (with the conversation's "{title}") and the icon.
+  actions: {
+    pin: [t("Pin “{title}”"), "pin"],
+    unpin: [t("Unpin “{title}”"), "unpin"],
+    rename: [t("Rename “{title}”"), "edit"],
+    archive: [t("Archive “{title}”"), "archive"],
+    unarchive: [t("Unarchive “{title}”"), "unarchive"],
+    delete: [t("Delete “{title}”"), "trash"],
+  },
   deleted: (title) => t("Deleted “{title}”.", { title }),
   archivedNotice: (title) => t("Archived “{title}”.", { title }),
   renameFailed: (reason) => t("The title could not be changed: {reason}", { reason }),
@@ -185,8 +188,10 @@ export class Sidebar {
     const { title } = conversation;
     const link = h("a", { class: "conv-link", href: `/c/${conversation.id}` }, h("span", { class: "conv-title", text: title }));
     if (conversation.forked_from) link.prepend(h("span", { class: "conv-fork", title: TEXT.branch }, icon("branch"), h("span", { class: "visually-hidden", text: TEXT.branchMark })));
-    const button = (action, label, name) =>
-      h("button", { type: "button", class: "icon-btn tiny", "data-action": action, "aria-label": label }, icon(name));
+    const button = (action) => {
+      const [label, name] = TEXT.actions[action];
+      return h("button", { type: "button", class: "icon-btn tiny", "data-action": action, "aria-label": fill(label, { title }) }, icon(name));
+    };
     const element = h(
       "li",
       { class: "conv", dataset: { id: conversation.id } },
@@ -195,14 +200,10 @@ export class Sidebar {
       h(
         "span",
         { class: "conv-actions" },
-        this.archived
-          ? null
-          : conversation.pinned
-            ? button("unpin", TEXT.unpin(title), "unpin")
-            : button("pin", TEXT.pin(title), "pin"),
-        button("rename", TEXT.rename(title), "edit"),
-        this.archived ? button("unarchive", TEXT.unarchive(title), "unarchive") : button("archive", TEXT.archive(title), "archive"),
-        button("delete", TEXT.delete(title), "trash"),
+        this.archived ? null : button(conversation.pinned ? "unpin" : "pin"),
+        button("rename"),
+        button(this.archived ? "unarchive" : "archive"),
+        button("delete"),
       ),
     );
     this.#markCurrent(element);
