@@ -29,6 +29,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from backend.services.breaker import Breaker
+from backend.services.delivery.batch_worker import BatchWorker
 from backend.services.delivery.event_log import StoredEvent
 
 log = logging.getLogger(__name__)
@@ -152,9 +153,7 @@ class RedisBroker(LocalBroker):
         self._cancel_task: asyncio.Task[None] | None = None
         self._deciding: set[asyncio.Task[None]] = set()
         self.breaker = Breaker()
-        self._outbox: list[StoredEvent] = []
-        self._outbox_ready = asyncio.Event()
-        self._publisher: asyncio.Task[None] | None = None
+        self._outbox: BatchWorker[StoredEvent] = BatchWorker("redis-publisher", self._send_outbox)
 
     @staticmethod
     def stream_key(turn_id: int) -> str:
@@ -165,17 +164,17 @@ class RedisBroker(LocalBroker):
         self._cancel_task = asyncio.create_task(
             self._listen_for_requests(on_cancel, on_decide), name="redis-request-listener"
         )
-        self._publisher = asyncio.create_task(self._send_outbox(), name="redis-publisher")
+        self._outbox.start()
 
     async def stop(self) -> None:
         tasks = [
             *self._readers.values(),
             *self._deciding,
-            *(t for t in (self._cancel_task, self._publisher) if t),
+            *([self._cancel_task] if self._cancel_task else []),
         ]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, self._outbox.stop(), return_exceptions=True)
         self._readers.clear()
         await self._redis.aclose()
         await super().stop()
@@ -185,32 +184,27 @@ class RedisBroker(LocalBroker):
         self._deliver(events)
         if not self.breaker.allows() or len(self._outbox) >= OUTBOX_LIMIT:
             return  # other replicas' listeners read these from the log
-        self._outbox.extend(events)
-        self._outbox_ready.set()
+        self._outbox.add(events)
 
-    async def _send_outbox(self) -> None:
-        while True:
-            await self._outbox_ready.wait()
-            self._outbox_ready.clear()
-            events, self._outbox = self._outbox, []
-            if not events or not self.breaker.allows():
-                continue
-            try:
-                async with asyncio.timeout(REDIS_TIMEOUT_SECONDS):
-                    async with self._redis.pipeline(transaction=False) as pipe:
-                        for event in events:
-                            payload = json.dumps({"seq": event.seq, "event": event.event, "data": event.data})
-                            key = self.stream_key(event.turn_id)
-                            pipe.xadd(key, {"e": payload}, maxlen=self.STREAM_MAXLEN)
-                            pipe.expire(key, self.STREAM_TTL_SECONDS)
-                        await pipe.execute()
-            except (RedisError, OSError, TimeoutError):
-                was_closed = self.breaker.closed
-                self.breaker.failed()
-                if was_closed and not self.breaker.closed:
-                    log.warning("redis publish failing; other replicas read turn events from the log")
-            else:
-                self.breaker.succeeded()
+    async def _send_outbox(self, events: list[StoredEvent]) -> None:
+        if not self.breaker.allows():
+            return
+        try:
+            async with asyncio.timeout(REDIS_TIMEOUT_SECONDS):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for event in events:
+                        payload = json.dumps({"seq": event.seq, "event": event.event, "data": event.data})
+                        key = self.stream_key(event.turn_id)
+                        pipe.xadd(key, {"e": payload}, maxlen=self.STREAM_MAXLEN)
+                        pipe.expire(key, self.STREAM_TTL_SECONDS)
+                    await pipe.execute()
+        except (RedisError, OSError, TimeoutError):
+            was_closed = self.breaker.closed
+            self.breaker.failed()
+            if was_closed and not self.breaker.closed:
+                log.warning("redis publish failing; other replicas read turn events from the log")
+        else:
+            self.breaker.succeeded()
 
     @contextlib.asynccontextmanager
     async def subscribe(self, turn_id: int) -> AsyncIterator[Subscription]:

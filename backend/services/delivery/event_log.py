@@ -29,6 +29,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.models import TurnEvent
+from backend.services.delivery.batch_worker import BatchWorker
 from backend.services.delivery.frame_store import FrameStore
 from backend.services.delivery.stream_events import Delta, StreamPayload
 
@@ -211,33 +212,20 @@ class EventWriter:
         self._frames = FrameStore(sessions.kw["bind"])
         self._publish = publish
         self._finish_commit = finish_commit
-        self._queue: list[QueuedEvents] = []
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._worker: BatchWorker[QueuedEvents] = BatchWorker("event-writer", self._commit)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="event-writer")
+        self._worker.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._worker.stop()
         await self._frames.release()
 
     def open(self, turn_id: int, last_seq: int = 0, on_error: Callable[[], None] | None = None) -> TurnLog:
         return TurnLog(self, turn_id, last_seq, on_error)
 
     def enqueue(self, turn_log: TurnLog, events: list[tuple[StoredEvent, CommitHook | None]]) -> None:
-        self._queue.append((turn_log, events))
-        self._wake.set()
-
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            batch, self._queue = self._queue, []
-            if batch:
-                await self._commit(batch)
+        self._worker.add([(turn_log, events)])
 
     async def _write(self, batch: list[QueuedEvents], events: list[StoredEvent]) -> None:
         hooked = [(event, hook) for _, items in batch for event, hook in items if hook is not None]
