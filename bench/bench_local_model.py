@@ -457,12 +457,16 @@ def _sampling(profile: ModelProfile) -> str:
     return ", ".join(f"{name} {value}" for name, value in values.items() if value is not None)
 
 
-async def _quality(model: LocalModel, scratch: Path, greedy: bool) -> dict[str, tuple[int, int]]:
+async def _quality(
+    model: LocalModel, scratch: Path, greedy: bool, temperature: float | None
+) -> dict[str, tuple[int, int]]:
     """Each question once, through the chat's provider with the profile's sampling (and greedy)."""
     profile = replace(resolve_profile(model.profile), max_output_tokens=QUALITY_MAX_TOKENS)
     settings = [("profile sampling", profile)]
     if greedy:
         settings.append(("greedy", replace(profile, temperature=0.0)))
+    if temperature is not None:
+        settings.append((f"temperature {temperature}", replace(profile, temperature=temperature)))
     scores: dict[str, tuple[int, int]] = {}
     async with _server(model, scratch) as (server, _):
         for label, used in settings:
@@ -496,6 +500,7 @@ def main() -> None:
     parser.add_argument("--only", choices=PARTS, action="append", help="run only these parts")
     parser.add_argument("--quality", action="store_true", help="only the quality set")
     parser.add_argument("--no-greedy", action="store_true", help="the quality set with the profile only")
+    parser.add_argument("--temperature", type=float, help="the quality set also at this temperature")
     parser.add_argument("--models", nargs="+", choices=sorted(CATALOG), help="the catalog models to ask")
     args = parser.parse_args()
     default, small = CATALOG[DEFAULT_MODEL], CATALOG["smollm2-135m"]
@@ -529,7 +534,9 @@ def main() -> None:
         if "emulated" in parts:
             asyncio.run(_emulated(small, Path(scratch)))
         for model in models if "quality" in parts else ():
-            scores = asyncio.run(_quality(model, Path(scratch), greedy=not args.no_greedy))
+            scores = asyncio.run(
+                _quality(model, Path(scratch), greedy=not args.no_greedy, temperature=args.temperature)
+            )
             if model.name == DEFAULT_MODEL:
                 right, asked = scores["profile sampling"]
                 results["quality"] = right / asked
