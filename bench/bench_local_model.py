@@ -50,8 +50,10 @@ from langchain_core.messages import HumanMessage
 from backend.app import create_app
 from backend.local_model.catalog import CATALOG, DEFAULT_MODEL, LocalModel
 from backend.local_model.installer import ensure_model
+from backend.local_model.launch import DEFAULT_COMMAND
 from backend.local_model.model_file import default_cache_dir
-from backend.local_model.supervisor import DEFAULT_COMMAND, LocalModelServer, free_port
+from backend.local_model.ports import free_port
+from backend.local_model.supervisor import LocalModelServer
 from backend.settings import Settings
 from bench.common import row, verdict
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
