@@ -3,6 +3,10 @@ llama.cpp's top_k and repeat penalty, and a models file's per-model setting wins
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from backend.model_catalog import configured_catalog
+from backend.settings import Settings
 from chat_shell.contracts import TurnCompleted
 from chat_shell.providers.profiles import LOCAL_MODEL_NAME, resolve_profile
 from tests.chat_shell.conftest import MakeShell
@@ -49,3 +53,21 @@ async def test_a_hosted_model_is_sent_no_sampling_it_did_not_ask_for(
     await collect(shell, make_request(1, "hi"))
     sent = scripted_provider.chat_requests[-1]
     assert not {"temperature", "top_p", "top_k", "min_p", "repeat_penalty"} & set(sent)
+
+
+async def test_a_models_file_entrys_sampling_reaches_the_request(
+    tmp_path: Path, make_shell: MakeShell, scripted_provider: ScriptedProvider
+) -> None:
+    """The operator's models file, as read: its entry's profile table sets the local model's sampling."""
+    path = tmp_path / "models.toml"
+    path.write_text(
+        f'[[models]]\nid = "{LOCAL_MODEL_NAME}"\nbase_url = "{scripted_provider.base_url}"\n'
+        "profile = { temperature = 0.7, repeat_penalty = 1.1 }\n"
+    )
+    settings = Settings(models=path, database_url="sqlite+aiosqlite:///:memory:")
+    overrides = configured_catalog(settings, environ={}).profile_overrides(settings)
+    shell = make_shell(model=LOCAL_MODEL_NAME, profile_overrides=overrides)
+    scripted_provider.script(text("391"))
+    await collect(shell, make_request(1, "What is 17 x 23?", model=LOCAL_MODEL_NAME))
+    sent = scripted_provider.chat_requests[-1]
+    assert (sent["temperature"], sent["repeat_penalty"], sent["top_k"]) == (0.7, 1.1, 20)
