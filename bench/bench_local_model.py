@@ -481,7 +481,8 @@ async def _quality(
                 right[question["category"]].append(ok)
                 right[f"lang {question['lang']}"].append(ok)
                 if not ok:
-                    print(f"    wrong ({label}): {question['question'][:50]!r} -> {reply[:120]!r}")
+                    # The reply's end: where the scorer looked for the answer.
+                    print(f"    wrong ({label}): {question['question'][:50]!r} -> …{reply[-120:]!r}")
             every = [ok for category, oks in right.items() if not category.startswith("lang") for ok in oks]
             print(f"  {model.name}, {label} ({_sampling(used) or 'server default'}):", flush=True)
             for category, oks in right.items():
