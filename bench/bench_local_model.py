@@ -439,6 +439,10 @@ def score_answer(question: dict[str, Any], reply: str) -> bool:
         case "number":
             found = numbers_in(reply)
             return bool(found) and abs(found[-1] - float(expected)) < 1e-6
+        case "year":
+            # A full date may follow the year ("2008 年 12 月 31 日"): the last four-digit number.
+            years = [number for number in numbers_in(reply) if number.is_integer() and 1000 <= number < 3000]
+            return bool(years) and years[-1] == float(expected)
         case "contains":
             return any(word.casefold() in reply.casefold() for word in expected)
         case "code":

@@ -64,3 +64,9 @@ def test_a_summary_must_keep_every_number() -> None:
 def test_a_fact_is_found_in_any_case() -> None:
     assert score_answer({"check": "contains", "answer": ["Paris"]}, "paris.")
     assert not score_answer({"check": "contains", "answer": ["北京"]}, "上海")
+
+
+def test_a_year_is_found_before_the_rest_of_a_date() -> None:
+    year = {"check": "year", "answer": 2008}
+    assert score_answer(year, "小明 2026 年 18 岁，他出生于 2008 年 12 月 31 日。")
+    assert not score_answer(year, "他出生于 2026 - 18 = 2007 年。")
