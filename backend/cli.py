@@ -21,7 +21,7 @@ from backend.settings import RuntimeConfigurationError, Settings, get_settings
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from backend.local_model.supervisor import ServerOptions
+    from backend.local_model.launch import ServerOptions
 
 
 def _migrate(settings: Settings) -> None:
@@ -35,7 +35,7 @@ def _migrate(settings: Settings) -> None:
 
 def _require_free_port(host: str, port: int) -> None:
     """A taken port stops `serve` before anything is installed or started, in one line."""
-    from backend.local_model.supervisor import port_in_use_error, port_is_free
+    from backend.local_model.ports import port_in_use_error, port_is_free
 
     if not port_is_free(port, host):
         raise SystemExit(
@@ -195,7 +195,8 @@ def _progress(text: str) -> None:
 
 async def _check_decodes(options: ServerOptions) -> float:
     """Start the server once and wait for its verifying decode; the seconds it took."""
-    from backend.local_model.supervisor import LocalModelError, LocalModelServer
+    from backend.local_model.status import LocalModelError
+    from backend.local_model.supervisor import LocalModelServer
 
     started = time.monotonic()
     server = LocalModelServer(options)
@@ -211,7 +212,8 @@ async def _check_decodes(options: ServerOptions) -> float:
 
 async def _serve_model(options: ServerOptions) -> None:
     """The supervised server in the foreground until SIGTERM/SIGINT; an error once it failed."""
-    from backend.local_model.supervisor import LocalModelError, LocalModelServer
+    from backend.local_model.status import LocalModelError
+    from backend.local_model.supervisor import LocalModelServer
 
     server = LocalModelServer(options)
     stop = asyncio.Event()
@@ -379,7 +381,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command in ("serve", "worker", "service", "local-model"):
         from backend.local_model.installer import InstallError
         from backend.local_model.model_file import ModelFileError
-        from backend.local_model.supervisor import LocalModelError
+        from backend.local_model.status import LocalModelError
 
         commands = {"serve": _serve, "worker": _worker, "service": _service, "local-model": _local_model}
         try:

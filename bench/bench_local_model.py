@@ -12,11 +12,15 @@ runtime under an emulated AVX2-only CPU.
 - one compaction's duration with the default model, through the whole service;
 - the trip-budget conversation that chose the default model, greedy and with the server's
   default sampling (3 tries);
-- the server and its verifying decode under `qemu-x86_64 -cpu Haswell` (AVX2, no AVX-512).
+- the server and its verifying decode under `qemu-x86_64 -cpu Haswell` (AVX2, no AVX-512);
+- `--quality`: the everyday questions of `bench/quality_set.json` (half English, half Chinese)
+  asked through the chat's own provider with each catalog model's profile sampling, and greedy,
+  scored automatically per category (goal: at least 80% for the default model).
 
 `--quick` keeps the speeds of SmolLM2 only, `--skip-first-run` leaves out the fresh clone, and
 `--only PART` (repeatable) runs only first-run, repeat-run (`make run` again in this checkout,
-once set up), speeds, budget, compaction or emulated.
+once set up), speeds, budget, compaction, emulated or quality (`--quality` is `--only quality`;
+`--models` chooses the catalog models it asks, the default first).
 """
 
 from __future__ import annotations
@@ -25,27 +29,35 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
+from langchain_core.messages import HumanMessage
 
 from backend.app import create_app
 from backend.local_model.catalog import CATALOG, DEFAULT_MODEL, LocalModel
 from backend.local_model.installer import ensure_model
+from backend.local_model.launch import DEFAULT_COMMAND
 from backend.local_model.model_file import default_cache_dir
-from backend.local_model.supervisor import DEFAULT_COMMAND, LocalModelServer, free_port
+from backend.local_model.ports import free_port
+from backend.local_model.supervisor import LocalModelServer
 from backend.settings import Settings
 from bench.common import row, verdict
+from chat_shell.providers.openai import ProviderConfig, create_chat_model
+from chat_shell.providers.profiles import ModelProfile, resolve_profile
 from tests.support import databases
 from tests.support.api import PASSWORD, new_user
 from tests.support.local_model import local_model_ready, new_conversation, send, serving
@@ -53,6 +65,10 @@ from tests.support.servers import serve
 from tests.support.sse import read_stream
 
 ROOT = Path(__file__).resolve().parent.parent
+QUALITY_SET = Path(__file__).resolve().parent / "quality_set.json"
+QUALITY_TARGET = 0.8
+QUALITY_MAX_TOKENS = 192
+CODE_TIMEOUT_S = 10.0
 FIRST_RUN_TARGET_S = 120.0
 REPEAT_RUN_TARGET_S = 10.0
 CITIES = ("Kyoto", "Lisbon", "Quito", "Oslo", "Hanoi", "Dakar", "Perth", "Tbilisi")
@@ -393,7 +409,95 @@ async def _emulated(model: LocalModel, scratch: Path) -> None:
     )
 
 
-PARTS = ("first-run", "repeat-run", "speeds", "budget", "compaction", "emulated")
+_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+_CODE_BLOCK = re.compile(r"```[a-zA-Z0-9_+-]*\n(.*?)```", re.DOTALL)
+
+
+def numbers_in(text: str) -> list[float]:
+    """The numbers written in `text`, in order (thousands separators dropped)."""
+    return [float(match.replace(",", "")) for match in _NUMBER.findall(text)]
+
+
+def run_code(reply: str) -> str:
+    """What the reply's Python (its first fenced block, else the whole reply) prints, run in a
+    fresh isolated interpreter with a timeout; "" when it fails or runs too long."""
+    block = _CODE_BLOCK.search(reply)
+    code = block.group(1) if block else reply
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=CODE_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def score_answer(question: dict[str, Any], reply: str) -> bool:
+    """Whether `reply` carries `question`'s one checkable answer (see quality_set.json)."""
+    expected = question["answer"]
+    match question["check"]:
+        case "number":
+            found = numbers_in(reply)
+            return bool(found) and abs(found[-1] - float(expected)) < 1e-6
+        case "year":
+            # A full date may follow the year ("2008 年 12 月 31 日"): the last four-digit number.
+            years = [number for number in numbers_in(reply) if number.is_integer() and 1000 <= number < 3000]
+            return bool(years) and years[-1] == float(expected)
+        case "contains":
+            return any(word.casefold() in reply.casefold() for word in expected)
+        case "code":
+            return run_code(reply) == str(expected)
+        case "numbers_kept":
+            found = set(numbers_in(reply))
+            return all(float(number) in found for number in expected)
+    raise ValueError(f"unknown check {question['check']!r}")
+
+
+def quality_questions() -> list[dict[str, Any]]:
+    return json.loads(QUALITY_SET.read_text(encoding="utf-8"))["questions"]
+
+
+def _sampling(profile: ModelProfile) -> str:
+    names = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty")
+    values = {name: getattr(profile, name) for name in names}
+    return ", ".join(f"{name} {value}" for name, value in values.items() if value is not None)
+
+
+async def _quality(
+    model: LocalModel, scratch: Path, greedy: bool, temperature: float | None
+) -> dict[str, tuple[int, int]]:
+    """Each question once, through the chat's provider with the profile's sampling (and greedy)."""
+    profile = replace(resolve_profile(model.profile), max_output_tokens=QUALITY_MAX_TOKENS)
+    settings = [("profile sampling", profile)]
+    if greedy:
+        settings.append(("greedy", replace(profile, temperature=0.0)))
+    if temperature is not None:
+        settings.append((f"temperature {temperature}", replace(profile, temperature=temperature)))
+    scores: dict[str, tuple[int, int]] = {}
+    async with _server(model, scratch) as (server, _):
+        for label, used in settings:
+            chat = create_chat_model(used, ProviderConfig(base_url=server.base_url, timeout_seconds=600))
+            right: dict[str, list[bool]] = defaultdict(list)
+            started = time.perf_counter()
+            for question in quality_questions():
+                reply = (await chat.ainvoke([HumanMessage(content=question["question"])])).text
+                ok = score_answer(question, reply)
+                right[question["category"]].append(ok)
+                right[f"lang {question['lang']}"].append(ok)
+                if not ok:
+                    # The reply's end: where the scorer looked for the answer.
+                    print(f"    wrong ({label}): {question['question'][:50]!r} -> …{reply[-120:]!r}")
+            every = [ok for category, oks in right.items() if not category.startswith("lang") for ok in oks]
+            print(f"  {model.name}, {label} ({_sampling(used) or 'server default'}):", flush=True)
+            for category, oks in right.items():
+                _row(f"    {category}", f"{sum(oks)}/{len(oks)}")
+            _row("    overall", f"{sum(every)}/{len(every)} ({sum(every) / len(every):.0%})")
+            _row("    time (s)", f"{time.perf_counter() - started:.0f}")
+            scores[label] = (sum(every), len(every))
+    return scores
+
+
+PARTS = ("first-run", "repeat-run", "speeds", "budget", "compaction", "emulated", "quality")
 
 
 def main() -> None:
@@ -401,10 +505,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the speeds of SmolLM2 only")
     parser.add_argument("--skip-first-run", action="store_true")
     parser.add_argument("--only", choices=PARTS, action="append", help="run only these parts")
+    parser.add_argument("--quality", action="store_true", help="only the quality set")
+    parser.add_argument("--no-greedy", action="store_true", help="the quality set with the profile only")
+    parser.add_argument("--temperature", type=float, help="the quality set also at this temperature")
+    parser.add_argument("--models", nargs="+", choices=sorted(CATALOG), help="the catalog models to ask")
     args = parser.parse_args()
     default, small = CATALOG[DEFAULT_MODEL], CATALOG["smollm2-135m"]
     models = [small] if args.quick else [default, small]
-    parts = set(args.only or PARTS)
+    if args.models:
+        models = sorted((CATALOG[name] for name in args.models), key=lambda m: m.name != DEFAULT_MODEL)
+    parts = {"quality"} if args.quality else set(args.only or set(PARTS) - {"quality"})
     if args.quick:
         parts = {"speeds"}
     if args.skip_first_run:
@@ -430,6 +540,15 @@ def main() -> None:
             asyncio.run(_compaction(default, Path(scratch), url))
         if "emulated" in parts:
             asyncio.run(_emulated(small, Path(scratch)))
+        for model in models if "quality" in parts else ():
+            scores = asyncio.run(
+                _quality(model, Path(scratch), greedy=not args.no_greedy, temperature=args.temperature)
+            )
+            if model.name == DEFAULT_MODEL:
+                right, asked = scores["profile sampling"]
+                results["quality"] = right / asked
+    if "quality" in results:
+        _row("default model's quality at least 80%", verdict(results["quality"] >= QUALITY_TARGET))
     if "first" in results:
         _row("first run within 120 s", verdict(results["first"] <= FIRST_RUN_TARGET_S))
     if "repeat" in results:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from backend.local_model.catalog import LocalModel, catalog_model
 from backend.local_model.installer import InstallReport, Progress, ensure_model
+from backend.local_model.launch import DEFAULT_COMMAND, ServerOptions
 from backend.local_model.model_file import (
     ModelFile,
     catalog_path,
@@ -22,7 +23,8 @@ from backend.local_model.model_file import (
     is_verified,
     resolve_model_file,
 )
-from backend.local_model.supervisor import DEFAULT_COMMAND, LocalModelError, LocalModelServer, ServerOptions
+from backend.local_model.status import LocalModelError
+from backend.local_model.supervisor import LocalModelServer
 from backend.services.errors import Unavailable
 from backend.settings import Settings
 from chat_shell.contracts import (

