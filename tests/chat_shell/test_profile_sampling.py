@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend.model_catalog import configured_catalog
+from backend.services.model_catalog import configured_catalog
 from backend.settings import Settings
 from chat_shell.contracts import TurnCompleted
 from chat_shell.providers.profiles import LOCAL_MODEL_NAME, resolve_profile
