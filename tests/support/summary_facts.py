@@ -402,7 +402,7 @@ def summary_model(
 ) -> BaseChatModel:
     """The chat model the runtime gives summary compaction (`ChatShell.summarizer`): the turn
     model's profile with room for twice the summary cap, at the product's summary temperature
-    unless told (None: the server's default sampling)."""
+    unless told (None: the profile's own sampling, as the chat's replies use)."""
     writer = replace(profile, max_output_tokens=min(profile.max_output_tokens, 2 * budget.summary_max_tokens))
     return create_chat_model(
         writer,

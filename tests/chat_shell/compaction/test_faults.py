@@ -165,7 +165,7 @@ async def test_a_compaction_is_logged_traced_and_recorded_with_its_summary(
 ) -> None:
     shell = small_shell(make_shell)
     profile = shell.profile()
-    scripted_provider.script_summaries(*[text("Budget 8000 EUR; order ORD-1; Q0..Q8 answered.")] * 40)
+    scripted_provider.script_summaries(*[text("Budget 8000 EUR; order ORD-1; Q0..Q8 answered.")] * 20)
     exporter = InMemorySpanExporter()
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))

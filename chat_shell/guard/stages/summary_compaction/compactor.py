@@ -227,6 +227,11 @@ class SummaryCompactor:
         language = conversation_language(messages)
         for chunk in chunks:
             summary = await self._summarize_chunk(request, watchdog, summary, chunk, language)
+        # Checked once, on the summary that is kept: each chunk's summary only feeds the next.
+        if language is not None and not in_language(summary, language):
+            summary = await self._capped(
+                request, watchdog, await self._in_language(watchdog, summary, language)
+            )
         if not summary.strip():
             raise SummaryFailed("empty_summary")
         summary_message = with_markers(
@@ -282,9 +287,12 @@ class SummaryCompactor:
         transcript = HumanMessage.model_construct(
             content=wrapped, additional_kwargs={}, response_metadata={}, type="human", name=None, id=None
         )
-        summary = await self._call(watchdog, [_instructions(cap), transcript])
-        if language is not None and not in_language(summary, language):
-            summary = await self._in_language(watchdog, summary, language)
+        return await self._capped(
+            request, watchdog, await self._call(watchdog, [_instructions(cap), transcript])
+        )
+
+    async def _capped(self, request: SummaryRequest, watchdog: Watchdog, summary: str) -> str:
+        cap = request.budget.summary_max_tokens
         # No character is more than 4 tokens (its UTF-8 bytes): a short summary needs no count.
         if len(summary) * 4 <= cap:
             return summary
