@@ -51,7 +51,8 @@ async def _replicas(
     settings: Callable[..., Settings], postgres_url: str, redis_url: str, tmp_path: Path
 ) -> AsyncIterator[tuple[Chat, httpx.AsyncClient]]:
     """Two backends on one PostgreSQL and Redis: the owner's client of replica A (where its
-    turns run) and, with the same account, one of replica B."""
+    turns run: B runs no worker, so a turn never lands on B, where a decision needs no Redis)
+    and, with the same account, one of replica B."""
     from tests.conftest import _off_loop
     from tests.support import databases
 
@@ -59,7 +60,11 @@ async def _replicas(
     async with _chat(settings, postgres_url, tmp_path, redis_url=redis_url) as on_a:
         b = create_app(
             settings(
-                postgres_url, mcp_servers=tmp_path / "mcp.json", sse_ping_seconds=0.5, redis_url=redis_url
+                postgres_url,
+                mcp_servers=tmp_path / "mcp.json",
+                sse_ping_seconds=0.5,
+                redis_url=redis_url,
+                worker_in_process=False,
             )
         )
         async with serve(b) as url_b:
