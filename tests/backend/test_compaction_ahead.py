@@ -186,6 +186,36 @@ async def test_the_turn_after_the_pre_trigger_sends_the_checkpoint_and_calls_no_
     assert sent[-1]["content"] == "And now?"
 
 
+async def test_a_send_the_instant_a_turn_ends_goes_after_the_compaction_that_turn_queued(
+    backend: Backend, scripted_provider: ScriptedProvider
+) -> None:
+    """Each send follows the previous reply's ending at once, as a quick user's would: the one
+    after the crossing turn still reaches the model from the new checkpoint (the job was queued
+    before the ending was shown, so it cannot slip in behind the send)."""
+    client = backend.client
+    backend.summaries.reply = text(SUMMARY, first_token_delay=0.5)  # still running when looked for
+    cid = int((await client.post("/api/conversations", json={"title": "instant"})).json()["id"])
+    queued_at_the_ending: dict[int, bool] = {}
+    for turn in range(12):
+        body = await send(client, cid, f"Turn {turn}: " + WORDS * 40)
+        reply = body["assistant_message"]
+        queued_at_the_ending[reply["message_id"]] = await backend.ahead_running(cid)
+        assert not reply["result"].get("context_compactions"), "compacted inline"
+        if backend.summaries.called.is_set():
+            break
+    await send(client, cid, "Right after.")
+    await backend.settled(cid)
+    crossing = (await history(client, cid))["checkpoint_message_id"]
+    assert crossing is not None
+    assert queued_at_the_ending[crossing], "the ending was shown before its compaction was queued"
+    messages = (await client.get(f"/api/conversations/{cid}/messages")).json()["items"]
+    ids = [m["message_id"] for m in messages]
+    following = messages[ids.index(crossing) + 1]["content"]
+    (request,) = [r for r in scripted_provider.chat_requests if r["messages"][-1]["content"] == following]
+    assert request["messages"][0]["content"].startswith(SUMMARY_OPENING)
+    assert [row[:2] for row in await backend.rows(cid)] == [("summary_ahead", "completed")]
+
+
 async def test_operators_see_ahead_as_its_own_strategy_on_the_dashboard_and_in_prometheus(
     telemetry: Recorded, observed_backend: Backend
 ) -> None:
