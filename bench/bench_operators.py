@@ -245,8 +245,8 @@ async def _telemetry_work_us(shell, terminal) -> float:  # type: ignore[no-untyp
 
     from chat_shell.accounting.budget import budget_for
     from chat_shell.contracts import TurnEvent
-    from chat_shell.observability.model_spans import model_call
     from chat_shell.observability.turn_telemetry import TurnTelemetry
+    from chat_shell.providers.model_spans import model_call
     from tests.support.turns import make_request
 
     request = make_request(1, "How are the sales?")

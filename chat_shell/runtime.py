@@ -28,8 +28,11 @@ from chat_shell.accounting.budget import Budget, budget_for
 from chat_shell.accounting.text_counter import text_counter_for
 from chat_shell.accounting.token_counter import TokenCounter
 from chat_shell.agents.builder import build_agent
-from chat_shell.agents.runner import TurnExecution, TurnSetup
+from chat_shell.agents.guard_context import GuardBasis
+from chat_shell.agents.runner import TurnExecution
+from chat_shell.agents.turn_setup import TurnSetup
 from chat_shell.contracts import (
+    FINAL_STATUSES,
     AheadRequest,
     AttachmentReader,
     CompactionStatusSink,
@@ -46,15 +49,14 @@ from chat_shell.contracts import (
     TurnStarted,
 )
 from chat_shell.guard.factory import build_ahead_guard, build_guard, build_preview_guard
-from chat_shell.guard.protocol import GuardContext, GuardFactory, Summarizer
+from chat_shell.guard.protocol import GuardFactory, Summarizer
 from chat_shell.guard.request_record import describe_request
-from chat_shell.guard.stages.records import FINAL_STATUSES
 from chat_shell.guard.stages.summary_compaction.settings import CompactionSettings
 from chat_shell.host import FixedHost, Host, TurnServices
 from chat_shell.messages.convert import ahead_messages
 from chat_shell.observability import instruments
-from chat_shell.observability.model_spans import task_scope
 from chat_shell.observability.turn_telemetry import TurnTelemetry, count_compaction
+from chat_shell.providers.model_spans import task_scope
 from chat_shell.providers.openai import ProviderConfig, create_chat_model
 from chat_shell.providers.profiles import ModelProfile, resolve_profile
 from chat_shell.providers.summarizer import ModelSummarizer
@@ -62,7 +64,7 @@ from chat_shell.titles import TITLE_OUTPUT_TOKENS, clean_title, title_messages
 from chat_shell.tools.approvals import ApprovalDesk
 from chat_shell.tools.mcp import McpToolbox
 from chat_shell.tools.mcp_config import StdioServer, StreamableHttpServer
-from chat_shell.tools.registry import AttemptTools, ToolRegistry, default_tools
+from chat_shell.tools.registry import ToolRegistry, default_tools
 
 UNKNOWN_MODEL = "unknown_model"
 
@@ -253,25 +255,34 @@ class ChatShell:
         profile = self.profile(model)
         budget = budget_for(profile)  # once per turn; everything below is handed it
         setup = TurnSetup(
-            profile=profile,
-            budget=budget,
-            counter=TokenCounter.for_profile(profile),
+            guard=self._guard_basis(profile, budget, self._host.services(request)),
             graphs=self.graph,
             checkpointer=self.checkpointer,
             guard_factory=self._guard_factory,
-            tools=self.tools,
             mcp=self.mcp,
             tool_call_limit=self.config.tool_call_limit,
             truncation_retries=self.config.truncation_retries,
             system_prompt=request.system_prompt or self.config.system_prompt,
-            services=self._host.services(request),
-            summarizer=self.summarizer(profile, budget),
-            compaction=self.config.compaction,
         )
         execution = TurnExecution(setup, request, cancel or asyncio.Event())
         telemetry = TurnTelemetry(request, profile, budget, default_model=self.config.model)
         events = self.approvals.serving(request.turn_id, execution.approvals, execution.events())
         return telemetry.observe_turn(events)
+
+    def _guard_basis(
+        self, profile: ModelProfile, budget: Budget, services: TurnServices, *, summarize: bool = True
+    ) -> GuardBasis:
+        """What every guard this runtime builds starts from (a turn's attempts, a compaction
+        ahead of time, the next turn's preview)."""
+        return GuardBasis(
+            profile=profile,
+            budget=budget,
+            counter=TokenCounter.for_profile(profile),
+            services=services,
+            tools=self.tools,
+            summarizer=self.summarizer(profile, budget) if summarize else None,
+            compaction=self.config.compaction,
+        )
 
     async def compact_ahead(
         self, request: AheadRequest, on_status: CompactionStatusSink
@@ -290,11 +301,9 @@ class ChatShell:
             return None
         derived = budget_for(profile)
         budget = replace(derived, keep=derived.ahead_keep)
-        services = self._host.fixed
+        basis = self._guard_basis(profile, budget, self._host.fixed)
         system_prompt = request.system_prompt or self.config.system_prompt
         messages = ahead_messages(request.history, system_prompt, request.instructions)
-        # The next turn's built-in tools, decided on the view like every model call's.
-        offered = AttemptTools(self.tools, can_browse_history=services.originals is not None)
         final: list[ContextCompactionEvent] = []
 
         def emit(event: TurnEvent) -> None:
@@ -304,17 +313,12 @@ class ChatShell:
                 on_status(event)
 
         guard = build_ahead_guard(
-            GuardContext(
-                profile=profile,
-                budget=budget,
-                counter=TokenCounter.for_profile(profile),
+            basis.context(
                 conversation_id=request.conversation_id,
                 turn_id=request.turn_id,
-                tools=offered.offer,
+                # The next turn's built-in tools, decided on the view like every model call's.
+                tools=basis.offered(),
                 emit=emit,
-                attachments=services.attachments,
-                summarizer=self.summarizer(profile, budget),
-                compaction=self.config.compaction,
                 assistant_message_id=request.assistant_message_id,
             ),
             frozenset(request.own_ids),
@@ -334,20 +338,13 @@ class ChatShell:
         if self.config.choice(model) is None:
             return None
         profile = self.profile(model)
-        counter = TokenCounter.for_profile(profile)
-        services = self._host.fixed
+        # No summary stage: the preview calls no model.
+        basis = self._guard_basis(profile, budget_for(profile), self._host.fixed, summarize=False)
         mcp_tools = await self.mcp.offer(query.mcp_servers) if self.mcp is not None else None
-        offered = AttemptTools(self.tools, can_browse_history=services.originals is not None, mcp=mcp_tools)
+        offered = basis.offered(mcp_tools)
         guard = build_preview_guard(
-            GuardContext(
-                profile=profile,
-                budget=budget_for(profile),
-                counter=counter,
-                conversation_id=query.conversation_id,
-                turn_id=0,
-                tools=offered.offer,
-                emit=lambda _: None,
-                attachments=services.attachments,
+            basis.context(
+                conversation_id=query.conversation_id, turn_id=0, tools=offered, emit=lambda _: None
             )
         )
         system_prompt = query.system_prompt or self.config.system_prompt
@@ -355,7 +352,7 @@ class ChatShell:
         shown, summary_due = await guard.preview(messages)
         instructions = query.instructions
         request = describe_request(
-            shown, offered.current, counter, attempt=1, instructions=instructions, with_input=False
+            shown, offered.current, basis.counter, attempt=1, instructions=instructions, with_input=False
         )
         return NextTurnRequest(request=request, summary_due=summary_due)
 

@@ -23,17 +23,9 @@ class CancelWatch:
         # The task awaiting the graph right now, if any.
         self._awaiting: asyncio.Task[Any] | None = None
         self._fired = False
-        self._watcher: asyncio.Task[None] | None = None
 
-    def __enter__(self) -> CancelWatch:
-        self._watcher = asyncio.create_task(self._watch())
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        assert self._watcher is not None
-        self._watcher.cancel()
-
-    async def _watch(self) -> None:
+    async def watch(self) -> None:
+        """The watcher: run it for the extent of the stream (`chat_shell.tasks.running`)."""
         await self._cancel.wait()
         task = self._awaiting
         if task is not None:

@@ -39,6 +39,7 @@ from chat_shell.contracts.host import (
 )
 from chat_shell.contracts.metrics import (
     BREAKDOWN_SOURCES,
+    FINAL_STATUSES,
     SUMMARY_STRATEGIES,
     CompactionRecord,
     CompactionStrategy,
@@ -79,6 +80,7 @@ from chat_shell.contracts.wire import (
 
 __all__ = [
     "BREAKDOWN_SOURCES",
+    "FINAL_STATUSES",
     "IMAGE_PART_TYPES",
     "MAX_MODEL_IMAGE_BYTES",
     "MAX_OUTLINE_ITEMS",

@@ -26,6 +26,8 @@ BREAKDOWN_SOURCES = (
 CompactionStrategy = Literal["summary_compact", "summary_ahead", "emergency_truncate", "tail_drop"]
 # The strategies that summarize: inside a turn's hook, or ahead of time between turns.
 SUMMARY_STRATEGIES = frozenset({"summary_compact", "summary_ahead"})
+# Statuses that end a compaction; they carry its duration.
+FINAL_STATUSES = frozenset({"completed", "fallback"})
 
 
 class CompactionRecord(BaseModel):

@@ -20,6 +20,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from chat_shell.accounting.budget import Budget
 from chat_shell.contracts import (
+    FINAL_STATUSES,
     CompactionRecord,
     ToolCompleted,
     ToolStarted,
@@ -27,9 +28,8 @@ from chat_shell.contracts import (
     TurnRequest,
     TurnResult,
 )
-from chat_shell.guard.stages.records import FINAL_STATUSES
 from chat_shell.observability import instruments
-from chat_shell.observability.model_spans import TurnScope, current_turn
+from chat_shell.providers.model_spans import TurnScope, current_turn
 from chat_shell.providers.profiles import ModelProfile
 from chat_shell.telemetry import sdk_installed, tracer
 

@@ -11,7 +11,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
 
 from chat_shell.messages.tool_images import move_tool_images
-from chat_shell.observability.model_spans import model_call
+from chat_shell.providers.model_spans import model_call
 from chat_shell.providers.profiles import ModelProfile
 
 
@@ -51,8 +51,12 @@ class TracedChatOpenAI(ChatOpenAI):
     ) -> dict[str, Any]:
         payload = super()._get_request_payload(input_, stop=stop, **kwargs)
         if "messages" in payload:
-            payload["messages"] = move_tool_images(payload["messages"])
+            payload["messages"] = self._sent_messages(payload["messages"])
         return payload
+
+    def _sent_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The request's messages as this provider takes them."""
+        return move_tool_images(messages)
 
     async def ainvoke(
         self,
@@ -73,13 +77,8 @@ class StringContentChatOpenAI(TracedChatOpenAI):
     """For servers whose chat template concatenates `content` as a string (llama.cpp serving a
     GGUF chat template fails on a list of parts): text parts are sent as one string."""
 
-    def _get_request_payload(
-        self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        payload = super()._get_request_payload(input_, stop=stop, **kwargs)
-        if "messages" in payload:
-            payload["messages"] = join_text_parts(payload["messages"])
-        return payload
+    def _sent_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return join_text_parts(super()._sent_messages(messages))
 
 
 def create_chat_model(

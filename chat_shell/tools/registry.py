@@ -24,7 +24,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from chat_shell.accounting.token_counter import TokenCounter
-from chat_shell.guard.stages.attachment_preview.wording import named_attachment_ids
+from chat_shell.messages.attachment_names import named_attachment_ids
 from chat_shell.messages.markers import MARKER_KEY
 from chat_shell.tools.history_tools import list_history_tool, read_message_tool
 from chat_shell.tools.read_attachment import read_attachment_tool

@@ -10,12 +10,10 @@ from time import perf_counter
 from typing import Any, Literal
 
 from chat_shell.accounting.budget import Budget
-from chat_shell.contracts import CompactionRecord, CompactionStrategy
+from chat_shell.contracts import FINAL_STATUSES, CompactionRecord, CompactionStrategy
 
 Strategy = CompactionStrategy
 Status = Literal["started", "in_progress", "completed", "fallback"]
-# Statuses that end a compaction; they carry its duration.
-FINAL_STATUSES = frozenset({"completed", "fallback"})
 
 
 @dataclass(frozen=True)

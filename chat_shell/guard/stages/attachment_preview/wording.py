@@ -6,7 +6,6 @@ byte-identically on every turn and provider prefix caches keep hitting.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from chat_shell.contracts import AttachmentRef
@@ -17,15 +16,6 @@ COMPACT_INTRO = (
     "Too many attachments to preview within the budget; they are listed without content. "
     "Read any of them with read_attachment(attachment_id=<ID>, offset=0, limit=...)."
 )
-# How a summary names an attachment (the summary prompt asks for this form, and preview headers
-# carry "ID: <n> |", which a summary may copy verbatim).
-ATTACHMENT_REFERENCE = "attachment ID {id}"
-_NAMED = re.compile(r"\battachment\s+ID[:\s]*(\d+)|\bID:\s*(\d+)\s*\|", re.IGNORECASE)
-
-
-def named_attachment_ids(text: str) -> set[int]:
-    """The attachment ids `text` names in the reference or header form."""
-    return {int(a or b) for a, b in _NAMED.findall(text)}
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from chat_shell.accounting.calibration import estimate
 from chat_shell.accounting.token_counter import TOKENS_PER_MESSAGE, TokenCounter
-from chat_shell.contracts import CompactionRecord, ContextCompactionEvent
+from chat_shell.contracts import FINAL_STATUSES, CompactionRecord, ContextCompactionEvent
 from chat_shell.guard.protocol import Summarizer
-from chat_shell.guard.stages.records import FINAL_STATUSES, Compaction, Strategy
+from chat_shell.guard.stages.records import Compaction, Strategy
 from chat_shell.guard.stages.summary_compaction.prompts import (
     INSTRUCTION_TOKENS,
     LANGUAGE_REQUIREMENTS,
@@ -57,6 +57,7 @@ from chat_shell.languages import CjkLanguage
 from chat_shell.messages.convert import to_chain
 from chat_shell.messages.markers import is_summary, markers, with_markers
 from chat_shell.providers.errors import classify_provider_error, is_context_overflow
+from chat_shell.tasks import running
 from chat_shell.telemetry import record_protection
 
 logger = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ class SummaryCompactor:
             lambda: self._status(request, compaction.record("in_progress")),
         )
         try:
-            with watchdog:
+            with running(watchdog.run()):
                 checkpoint = await self._checkpoint(request, watchdog)
         except asyncio.CancelledError:
             logger.info("[SummaryCompact] conversation=%s status=cancelled", self._conversation_id)

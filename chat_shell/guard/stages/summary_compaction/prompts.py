@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from chat_shell.guard.stages.attachment_preview.wording import ATTACHMENT_REFERENCE
 from chat_shell.languages import CjkLanguage
+from chat_shell.messages.attachment_names import ATTACHMENT_REFERENCE
 
 SUMMARY_VERSION = 1
 # The first line of every summary message: tells the model what it is reading. Code never

@@ -20,19 +20,12 @@ class Watchdog:
         self._beat = beat
         self.deadline: float | None = None
         self.fired = False
-        self.task: asyncio.Task[Any] | None = None
-        self._runner: asyncio.Task[None] | None = None
+        # The compaction's task: made in it, the watchdog cancels it at a call's deadline.
+        self.task: asyncio.Task[Any] | None = asyncio.current_task()
 
-    def __enter__(self) -> Watchdog:
-        self.task = asyncio.current_task()
-        self._runner = asyncio.create_task(self._run())
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        assert self._runner is not None
-        self._runner.cancel()
-
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Heartbeats and deadlines: run it for the extent of the compaction
+        (`chat_shell.tasks.running`)."""
         loop = asyncio.get_running_loop()
         next_beat = loop.time() + self._heartbeat
         while True:
