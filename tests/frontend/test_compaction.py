@@ -111,6 +111,39 @@ def _running_turn(
     return cid, turn_id, reply_id
 
 
+def _complete(
+    stack: Stack,
+    ids: tuple[int, int, int],
+    answer: str,
+    compactions: list[dict[str, Any]],
+    events: list[tuple[str, dict]],
+    **result: Any,
+) -> None:
+    """Ends the running turn of `_running_turn` (its ids): `events`, then `answer`, stored with
+    the turn's compaction records."""
+    cid, turn_id, reply_id = ids
+    stored_result = {
+        "value": answer,
+        "blocks": [{"type": "text", "text": answer}],
+        "context_compactions": compactions,
+        **result,
+    }
+    message = {
+        "conversation_id": cid,
+        "message_id": reply_id,
+        "role": "assistant",
+        "status": "completed",
+        "content": "",
+        "result": stored_result,
+    }
+    append_turn_events(
+        stack.database_url,
+        turn_id,
+        [*events, ("message.delta", {"text": answer}), ("turn.completed", {"message": message})],
+        final={"status": "completed", "result": stored_result},
+    )
+
+
 def test_compacting_survives_a_reload_mid_compaction_then_the_boundary_appears(
     page: Page, stack: Stack, username: str
 ) -> None:
@@ -141,31 +174,13 @@ def test_compacting_survives_a_reload_mid_compaction_then_the_boundary_appears(
     expect(meter.locator(".meter-compacting")).to_be_visible()
 
     done = compaction_record("completed", after_tokens=1400, summary_text=SUMMARY)
-    final_metrics = metrics(1600, "compacted", latest_compaction=done)
-    answer = "Day 4: Fushimi Inari at dawn."
-    message = {
-        "conversation_id": cid,
-        "message_id": reply_id,
-        "role": "assistant",
-        "status": "completed",
-        "content": "",
-        "result": {
-            "value": answer,
-            "blocks": [{"type": "text", "text": answer}],
-            "context_metrics": final_metrics,
-            "context_compactions": [done],
-        },
-    }
-    append_turn_events(
-        stack.database_url,
-        turn_id,
-        [
-            ("context.compaction", done),
-            ("context.metrics", metrics(1500, "compacted", phase="mid_turn")),
-            ("message.delta", {"text": answer}),
-            ("turn.completed", {"message": message}),
-        ],
-        final={"status": "completed", "result": message["result"]},
+    _complete(
+        stack,
+        (cid, turn_id, reply_id),
+        "Day 4: Fushimi Inari at dawn.",
+        [done],
+        [("context.compaction", done), ("context.metrics", metrics(1500, "compacted", phase="mid_turn"))],
+        context_metrics=metrics(1600, "compacted", latest_compaction=done),
     )
     wait_finished(page)
     expect(meter).to_have_attribute("data-state", "compacted")
@@ -395,22 +410,7 @@ def test_a_live_boundary_over_messages_on_an_older_page(
     assert [below for _, below in live[0]] == [first_kept], live
     assert live[1] == list(range(1, first_kept)), live
 
-    answer = "Spend it in Arashiyama."
-    result = {"value": answer, "blocks": [{"type": "text", "text": answer}], "context_compactions": [done]}
-    message = {
-        "conversation_id": cid,
-        "message_id": reply_id,
-        "role": "assistant",
-        "status": "completed",
-        "content": "",
-        "result": result,
-    }
-    append_turn_events(
-        stack.database_url,
-        turn_id,
-        [("message.delta", {"text": answer}), ("turn.completed", {"message": message})],
-        final={"status": "completed", "result": result},
-    )
+    _complete(stack, (cid, turn_id, reply_id), "Spend it in Arashiyama.", [done], [])
     wait_finished(page)
     assert _drawn(page) == live
     page.reload()
