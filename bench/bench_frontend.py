@@ -5,6 +5,14 @@
 2. Streaming: while a reply of about 2,000 tokens streams in, the time from each SSE event's
    receipt (`event.timeStamp`) to the end of its DOM update, as recorded by the page.
    Target: p95 under 50 ms.
+3. A long conversation (issue 35), 5,000 messages:
+   - first screen: from navigation start to the newest page in the DOM, and to its largest
+     paint (the later of the two counts). Target: <= 1 s.
+   - scrolling up as a reader does (a steady 40 px a frame, older pages loading on the way): the
+     time between animation frames. Targets: p95 <= 33.4 ms (at most one dropped frame) and no
+     more than 1% of frames over 50 ms.
+   - memory of the tab once every message is loaded: the JS heap (CDP `Performance.getMetrics`,
+     after a garbage collection) and the renderer process's RSS and PSS. Target: < 200 MB each.
 
 `python -m bench.bench_frontend [--quick]`
 """
@@ -19,9 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import BrowserContext, Page, sync_playwright
 
-from bench.common import row
+from bench.common import row, verdict
 from tests.support import databases
 from tests.support.browser import (
     Stack,
@@ -96,6 +104,160 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
+LONG = 5000
+FRAME_MS = 1000 / 60
+# Scrolls the transcript up by `step` px each animation frame for `seconds`, or until the top of
+# a fully loaded conversation; returns the gaps between frames and the long tasks seen meanwhile.
+SCROLL_UP = """async ({ step, seconds, total }) => {
+  const scroller = document.getElementById("transcript");
+  const longTasks = [];
+  const observer = new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) longTasks.push(entry.duration);
+  });
+  observer.observe({ type: "longtask" });
+  const frames = [];
+  const start = performance.now();
+  let last = start;
+  while (performance.now() - start < seconds * 1000) {
+    await new Promise((resolve) => requestAnimationFrame(resolve));
+    const now = performance.now();
+    frames.push(now - last);
+    last = now;
+    if (scroller.scrollTop <= 0 && document.querySelectorAll(".msg").length >= total) break;
+    scroller.scrollTop -= step;
+  }
+  observer.disconnect();
+  return { frames, longTasks, loaded: document.querySelectorAll(".msg").length };
+}"""
+LARGEST_PAINT = """() => new Promise((resolve) => {
+  new PerformanceObserver((list) => {
+    const entries = list.getEntries();
+    resolve(entries[entries.length - 1].startTime);
+  }).observe({ type: "largest-contentful-paint", buffered: true });
+})"""
+
+
+def first_screen_ms(page: Page, stack: Stack, cid: int) -> tuple[float, float]:
+    """(newest page in the DOM, its largest paint), ms since navigation start."""
+    dom = open_time_ms(page, stack, cid)
+    return dom, float(page.evaluate(LARGEST_PAINT))
+
+
+def load_everything(page: Page, total: int) -> None:
+    """Jumps to the top until every message is loaded."""
+    deadline = time.monotonic() + 180
+    while page.locator(".msg").count() < total:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{page.locator('.msg').count()} of {total} messages loaded")
+        page.evaluate("() => { document.getElementById('transcript').scrollTop = 0; }")
+        time.sleep(0.05)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (the Playwright driver, the browser and its renderers)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def renderer_memory_mb() -> tuple[float, float]:
+    """(RSS, PSS) of the largest renderer this process started: the open tab's."""
+    best = (0.0, 0.0)
+    for pid in descendants(os.getpid()):
+        try:
+            if b"--type=renderer" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+            fields = dict(
+                line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]
+            )
+        except OSError:
+            continue
+        rss, pss = (int(fields[name].split()[0]) / 1024 for name in ("Rss", "Pss"))
+        best = max(best, (rss, pss))
+    return best
+
+
+def heap_mb(context: BrowserContext, page: Page) -> tuple[float, int]:
+    """(JS heap used in MB, DOM nodes) after a garbage collection."""
+    cdp = context.new_cdp_session(page)
+    cdp.send("HeapProfiler.collectGarbage")
+    cdp.send("Performance.enable")
+    metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    cdp.detach()
+    return metrics["JSHeapUsedSize"] / 2**20, int(metrics["Nodes"])
+
+
+def long_conversation(context: BrowserContext, stack: Stack, cid: int, repeat: int) -> bool:
+    page = context.new_page()
+    first_screen_ms(page, stack, cid)  # warm
+    screens = [first_screen_ms(page, stack, cid) for _ in range(repeat)]
+    dom_ms = statistics.median(d for d, _ in screens)
+    paint_ms = statistics.median(p for _, p in screens)
+    screen_ms = statistics.median(max(d, p) for d, p in screens)
+    scroll = page.evaluate(SCROLL_UP, {"step": 40, "seconds": 15, "total": LONG})
+    frames: list[float] = scroll["frames"][1:]  # the first gap is the evaluate's own start
+    p95_frame = percentile(frames, 0.95)
+    over_50 = sum(f > 50 for f in frames)
+    dropped = sum(max(0, round(f / FRAME_MS) - 1) for f in frames)
+    load_everything(page, LONG)
+    heap, nodes = heap_mb(context, page)
+    rss, pss = renderer_memory_mb()
+    page.close()
+
+    row(f"long conversation, {LONG:,} messages", "value", "target", "ratio", "met")
+    row("  first screen: newest page in the DOM (median ms)", f"{dom_ms:.0f}")
+    row("  first screen: its largest paint (median ms)", f"{paint_ms:.0f}")
+    screen_ok = screen_ms <= 1000
+    row(
+        "  first screen (the later, median ms)",
+        f"{screen_ms:.0f}",
+        "1000",
+        f"{screen_ms / 1000:.2f}",
+        screen_ok,
+    )
+    row(
+        f"  scroll up 40 px/frame: {len(frames)} frames, {scroll['loaded']} messages loaded",
+        f"p50 {percentile(frames, 0.5):.1f} max {max(frames):.1f}",
+    )
+    frame_ok = p95_frame <= 2 * FRAME_MS
+    row(
+        "  frame gap p95 (ms)",
+        f"{p95_frame:.1f}",
+        f"{2 * FRAME_MS:.1f}",
+        f"{p95_frame / (2 * FRAME_MS):.2f}",
+        frame_ok,
+    )
+    long_share = over_50 / len(frames)
+    jank_ok = long_share <= 0.01
+    row(
+        "  frames over 50 ms (share)",
+        f"{over_50} ({long_share:.1%})",
+        "1%",
+        f"{long_share / 0.01:.2f}",
+        jank_ok,
+    )
+    row("  dropped frames / long tasks (> 50 ms)", dropped, len(scroll["longTasks"]))
+    row(f"  memory with all {LONG:,} loaded ({nodes:,} DOM nodes)", "MB", "target MB")
+    memory_ok = heap < 200 and rss < 200 and pss < 200
+    row("  JS heap used (after GC)", f"{heap:.1f}", "200", f"{heap / 200:.2f}", verdict(heap < 200))
+    row("  renderer RSS", f"{rss:.1f}", "200", f"{rss / 200:.2f}", verdict(rss < 200))
+    row("  renderer PSS", f"{pss:.1f}", "200", f"{pss / 200:.2f}", verdict(pss < 200))
+    return screen_ok and frame_ok and jank_ok and memory_ok
+
+
 def run(quick: bool) -> bool:
     repeat = 3 if quick else 9
     stream_tokens = 500 if quick else 2000
@@ -106,6 +268,7 @@ def run(quick: bool) -> bool:
             client = api_client(stack.base_url, USERNAME)
             small = seed_conversation(url, USERNAME, "Twenty messages", conversation(20))
             large = seed_conversation(url, USERNAME, "Two thousand messages", conversation(2000))
+            longest = seed_conversation(url, USERNAME, "Five thousand messages", conversation(LONG))
             with sync_playwright() as playwright:
                 browser = launch_chromium(playwright)
                 context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -137,6 +300,8 @@ def run(quick: bool) -> bool:
                 wait_for(page, "() => document.querySelector('.msg.assistant[data-status=completed]')")
                 latencies: list[float] = page.evaluate("() => window.chatShell.eventToDom")
                 streamed = page.evaluate("() => window.chatShell.streamedText(2)")
+                page.close()
+                long_ok = long_conversation(context, stack, longest, repeat)
                 browser.close()
 
     row("open a conversation (first page rendered)", "median ms", "runs")
@@ -150,6 +315,11 @@ def run(quick: bool) -> bool:
     print(f"streamed text equals the scripted reply: {exact}")
     ok = ratio <= 2.0 and p95 < 50.0 and exact
     print(f"targets: open ratio <= 2x, stream p95 < 50 ms -> {'met' if ok else 'NOT met'}")
+    print(
+        f"targets ({LONG:,} messages): first screen <= 1 s, frame p95 <= 33.4 ms, <= 1% of frames "
+        f"over 50 ms, JS heap and renderer RSS/PSS < 200 MB -> {'met' if long_ok else 'NOT met'}"
+    )
+    ok = ok and long_ok
     return ok
 
 

@@ -111,6 +111,39 @@ def _running_turn(
     return cid, turn_id, reply_id
 
 
+def _complete(
+    stack: Stack,
+    ids: tuple[int, int, int],
+    answer: str,
+    compactions: list[dict[str, Any]],
+    events: list[tuple[str, dict]],
+    **result: Any,
+) -> None:
+    """Ends the running turn of `_running_turn` (its ids): `events`, then `answer`, stored with
+    the turn's compaction records."""
+    cid, turn_id, reply_id = ids
+    stored_result = {
+        "value": answer,
+        "blocks": [{"type": "text", "text": answer}],
+        "context_compactions": compactions,
+        **result,
+    }
+    message = {
+        "conversation_id": cid,
+        "message_id": reply_id,
+        "role": "assistant",
+        "status": "completed",
+        "content": "",
+        "result": stored_result,
+    }
+    append_turn_events(
+        stack.database_url,
+        turn_id,
+        [*events, ("message.delta", {"text": answer}), ("turn.completed", {"message": message})],
+        final={"status": "completed", "result": stored_result},
+    )
+
+
 def test_compacting_survives_a_reload_mid_compaction_then_the_boundary_appears(
     page: Page, stack: Stack, username: str
 ) -> None:
@@ -141,31 +174,13 @@ def test_compacting_survives_a_reload_mid_compaction_then_the_boundary_appears(
     expect(meter.locator(".meter-compacting")).to_be_visible()
 
     done = compaction_record("completed", after_tokens=1400, summary_text=SUMMARY)
-    final_metrics = metrics(1600, "compacted", latest_compaction=done)
-    answer = "Day 4: Fushimi Inari at dawn."
-    message = {
-        "conversation_id": cid,
-        "message_id": reply_id,
-        "role": "assistant",
-        "status": "completed",
-        "content": "",
-        "result": {
-            "value": answer,
-            "blocks": [{"type": "text", "text": answer}],
-            "context_metrics": final_metrics,
-            "context_compactions": [done],
-        },
-    }
-    append_turn_events(
-        stack.database_url,
-        turn_id,
-        [
-            ("context.compaction", done),
-            ("context.metrics", metrics(1500, "compacted", phase="mid_turn")),
-            ("message.delta", {"text": answer}),
-            ("turn.completed", {"message": message}),
-        ],
-        final={"status": "completed", "result": message["result"]},
+    _complete(
+        stack,
+        (cid, turn_id, reply_id),
+        "Day 4: Fushimi Inari at dawn.",
+        [done],
+        [("context.compaction", done), ("context.metrics", metrics(1500, "compacted", phase="mid_turn"))],
+        context_metrics=metrics(1600, "compacted", latest_compaction=done),
     )
     wait_finished(page)
     expect(meter).to_have_attribute("data-state", "compacted")
@@ -357,3 +372,48 @@ def test_a_turn_after_a_compaction_ahead_of_time_draws_its_boundary_live(
     expect(last_assistant(page)).to_have_attribute("data-status", "completed")
     expect(page.locator(".boundary")).to_have_count(1)
     assert _drawn(page) == live
+
+
+@pytest.mark.parametrize("first_kept", [31, 11], ids=["kept-on-the-newest-page", "kept-on-an-older-page"])
+def test_a_live_boundary_over_messages_on_an_older_page(
+    page: Page, stack: Stack, username: str, first_kept: int
+) -> None:
+    """A conversation longer than the first page (older messages load as you scroll up) whose
+    running turn summarizes up to `first_kept`: the live line sits above everything shown while
+    its kept message is not loaded yet; scrolling up puts it above that message and marks the
+    older messages "summarized for the model", and a reload then scrolling up draws the same."""
+    cid, turn_id, reply_id = _running_turn(page, stack, username, 30, "And the last day?", [])
+    page.goto(f"{stack.base_url}/c/{cid}")
+    messages = page.locator(".msg")
+    expect(messages).to_have_count(40)
+    oldest = int(messages.first.get_attribute("data-message-id") or 0)
+    assert oldest > 1
+
+    def scrolled_to_the_top() -> tuple[list[tuple[int, int]], list[int]]:
+        for _ in range(30):
+            page.locator("#transcript").evaluate("el => { el.scrollTop = 0; }")
+            if messages.count() == reply_id:
+                break
+            page.wait_for_timeout(150)
+        expect(messages).to_have_count(reply_id)
+        return _drawn(page)
+
+    done = compaction_record(
+        "completed", after_tokens=1500, summary_text=SUMMARY, first_kept_message_id=first_kept
+    )
+    append_turn_events(stack.database_url, turn_id, [("context.compaction", done)])
+    expect(page.locator(".boundary")).to_have_count(1)
+    boundaries, summarized = _drawn(page)
+    assert [below for _, below in boundaries] == [max(first_kept, oldest)], boundaries
+    assert summarized == list(range(oldest, first_kept)), summarized
+    live = scrolled_to_the_top()
+    assert [below for _, below in live[0]] == [first_kept], live
+    assert live[1] == list(range(1, first_kept)), live
+
+    _complete(stack, (cid, turn_id, reply_id), "Spend it in Arashiyama.", [done], [])
+    wait_finished(page)
+    assert _drawn(page) == live
+    page.reload()
+    expect(last_assistant(page)).to_have_attribute("data-status", "completed")
+    expect(page.locator(".boundary")).to_have_count(1)
+    assert scrolled_to_the_top() == live

@@ -5,10 +5,11 @@ text back, and on a touch screen Enter adds a line while the Send button sends."
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Route, expect
+from playwright.sync_api import Browser, Locator, Page, Route, expect
 
 from tests.frontend.actions import composer, conversation_id, last_assistant, start, stored, wait_finished
 from tests.frontend.conftest import SIZES, open_page, screenshot
@@ -30,6 +31,22 @@ def phone(browser: Browser, stack: Stack) -> Iterator[Page]:
     yield from open_page(browser, stack, **SIZES["phone"])
 
 
+def expect_sent_and_streaming(page: Page, box: Locator) -> None:
+    """The message went and its reply streams, the box emptied and still focused for the next."""
+    expect(last_assistant(page)).to_have_attribute("data-status", "running")
+    expect(box).to_be_focused()
+    expect(box).to_have_value("")
+
+
+def finished_as_one_turn(page: Page, client: httpx.Client) -> list[dict[str, Any]]:
+    """Once the reply ends, the conversation holds one question and its completed reply."""
+    wait_finished(page)
+    messages = stored(client, conversation_id(page))
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[-1]["status"] == "completed"
+    return messages
+
+
 def test_a_second_enter_does_not_stop_the_reply(desktop: Page, stack: Stack, username: str) -> None:
     page = desktop
     client = start(page, stack, username)
@@ -38,13 +55,8 @@ def test_a_second_enter_does_not_stop_the_reply(desktop: Page, stack: Stack, use
     box.fill("Count for me")
     box.press("Enter")
     box.press("Enter", delay=0)  # the impatient double press, well within half a second
-    expect(last_assistant(page)).to_have_attribute("data-status", "running")
-    expect(box).to_be_focused()
-    expect(box).to_have_value("")
-    wait_finished(page)
-    messages = stored(client, conversation_id(page))
-    assert [m["role"] for m in messages] == ["user", "assistant"]
-    assert messages[-1]["status"] == "completed"
+    expect_sent_and_streaming(page, box)
+    finished_as_one_turn(page, client)
 
 
 def test_a_draft_typed_while_a_reply_streams_survives_and_waits(
@@ -158,18 +170,13 @@ def test_on_a_phone_enter_adds_a_line_and_the_button_sends(phone: Page, stack: S
     send_button.tap()
     expect(page.get_by_role("button", name="Stop")).to_be_visible()
     page.touchscreen.tap(spot["x"] + spot["width"] / 2, spot["y"] + spot["height"] / 2)
-    expect(last_assistant(page)).to_have_attribute("data-status", "running")
-    expect(box).to_be_focused()
-    expect(box).to_have_value("")
+    expect_sent_and_streaming(page, box)
     box.press_sequentially("Next one")
     expect(page.get_by_role("button", name="Stop")).to_be_visible()
     screenshot(page, "composer-while-streaming-phone")
-    wait_finished(page)
+    messages = finished_as_one_turn(page, client)
     expect(box).to_have_value("Next one")
-    messages = stored(client, conversation_id(page))
-    assert [m["role"] for m in messages] == ["user", "assistant"]
     assert messages[0]["content"] == "Line one\nLine two"
-    assert messages[-1]["status"] == "completed"
 
 
 def test_a_waiting_message_goes_when_the_reply_is_stopped_or_comes_back_to_edit(

@@ -9,14 +9,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.frontend.actions import (
-    conversation_id,
-    last_assistant,
-    send,
-    start,
-    stored,
-    wait_finished,
-)
+from tests.frontend.actions import conversation_id, last_assistant, send, start, stored, wait_finished
 from tests.frontend.conftest import screenshot
 from tests.support.browser import Stack
 from tests.support.scripted_provider import text

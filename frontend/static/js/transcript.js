@@ -13,6 +13,7 @@ export class Transcript {
     this.olderStatus = olderStatus;
     this.emptyState = emptyState;
     this.views = new Map();
+    this.drawn = new Map();
     this.generation = 0;
     this.hasMore = false;
     this.loadingOlder = false;
@@ -32,6 +33,7 @@ export class Transcript {
   reset() {
     this.generation += 1; // pages still loading for the old view are dropped
     this.views.clear();
+    this.drawn = new Map(); // record key -> {element, firstKept, summarizes}
     this.list.replaceChildren();
     this.hasMore = false;
     this.olderStatus.hidden = true;
@@ -68,17 +70,25 @@ export class Transcript {
       fragment.append(view.element);
       made.push(view);
     }
+    return { fragment, made };
+  }
+
+  // Draws the stored compaction records of views just put in the list.
+  #boundaries(made) {
     for (const view of made) {
-      if (view instanceof AssistantView) this.#boundaries(view, view.message.result?.context_compactions, fragment);
+      if (!(view instanceof AssistantView)) continue;
+      for (const record of view.message.result?.context_compactions ?? []) this.#register(view, record);
     }
-    return fragment;
+    this.#place();
   }
 
   // Shows the newest page and scrolls to the end.
   showPage(messages, hasMore) {
     this.reset();
     this.hasMore = hasMore;
-    this.list.append(this.#build(messages));
+    const { fragment, made } = this.#build(messages);
+    this.list.append(fragment);
+    this.#boundaries(made);
     this.emptyState.hidden = messages.length > 0;
     this.scrollToEnd();
     requestAnimationFrame(() => this.#fillUp());
@@ -86,13 +96,17 @@ export class Transcript {
 
   prepend(messages, hasMore) {
     const fromBottom = this.scroller.scrollHeight - this.scroller.scrollTop;
-    this.list.prepend(this.#build(messages));
+    const { fragment, made } = this.#build(messages);
+    this.list.prepend(fragment);
+    this.#boundaries(made);
     this.hasMore = hasMore;
     this.scroller.scrollTop = this.scroller.scrollHeight - fromBottom;
   }
 
   append(message) {
-    this.list.append(this.#build([message]));
+    const { fragment, made } = this.#build([message]);
+    this.list.append(fragment);
+    this.#boundaries(made);
     this.emptyState.hidden = true;
     if (this.stick || message.role === "user") this.scrollToEnd();
     return this.views.get(message.message_id);
@@ -103,25 +117,43 @@ export class Transcript {
   // messages above it stay shown in full, marked as summarized. A record is drawn once: a turn's
   // stream also carries the compaction made ahead of time that its history opens with, which
   // the reply before it stores (and a reload draws from there).
-  addBoundary(view, record, parent = this.list) {
+  addBoundary(view, record) {
+    this.#register(view, record);
+    this.#place();
+  }
+
+  #register(view, record) {
     if (record.status !== "completed") return;
     const key = `${record.strategy ?? "summary_compact"} ${record.created_at}`;
-    const drawn = `.boundary[data-record="${CSS.escape(key)}"]`;
-    if (parent.querySelector(drawn) || this.list.querySelector(drawn)) return;
+    if (this.drawn.has(key)) return;
     const element = boundaryElement(record, view.messageId);
     element.dataset.record = key;
-    const firstKept = record.first_kept_message_id ?? view.messageId - 1;
-    const anchor = this.views.get(firstKept);
-    const before = anchor && anchor.element.parentNode === parent ? anchor.element : view.element;
-    parent.insertBefore(element, before.parentNode === parent ? before : null);
-    if (record.first_kept_message_id == null) return;
-    for (const [messageId, other] of this.views) {
-      if (messageId < firstKept && other.element.parentNode === parent) other.element.classList.add("is-summarized");
+    const summarizes = record.first_kept_message_id != null;
+    this.drawn.set(key, { element, firstKept: record.first_kept_message_id ?? view.messageId - 1, summarizes });
+  }
+
+  // Puts each line above the first shown message it keeps, and marks the shown messages above
+  // it. The kept message may be on an older page not loaded yet: the line then heads the list
+  // (everything shown is kept), and each page that scrolling up loads moves it and gets marked.
+  #place() {
+    let summarizedBelow = 0;
+    for (const { element, firstKept, summarizes } of this.drawn.values()) {
+      const below = (this.views.get(firstKept) ?? this.#firstShownFrom(firstKept))?.element ?? null;
+      // Left where it is when in place: moving it would drop the focus on its summary.
+      if (!element.isConnected || element.nextElementSibling !== below) this.list.insertBefore(element, below);
+      if (summarizes) summarizedBelow = Math.max(summarizedBelow, firstKept);
+    }
+    if (!summarizedBelow) return;
+    for (const [messageId, view] of this.views) {
+      if (messageId < summarizedBelow) view.element.classList.add("is-summarized");
     }
   }
 
-  #boundaries(view, records, parent) {
-    for (const record of records ?? []) this.addBoundary(view, record, parent);
+  #firstShownFrom(messageId) {
+    for (const element of this.list.querySelectorAll(":scope > .msg")) {
+      if (Number(element.dataset.messageId) >= messageId) return this.views.get(Number(element.dataset.messageId));
+    }
+    return null;
   }
 
   atEnd() {
