@@ -65,7 +65,10 @@ class AheadCompactions:
         self._jobs: dict[int, _Job] = {}
         self._closed = False
 
-    def schedule(self, started: turns.StartedTurn, model: str) -> None:
+    async def before_end(self, started: turns.StartedTurn, model: str) -> None:
+        """Nothing yet: the job reads the turn's outcome, stored at its end."""
+
+    def after_end(self, started: turns.StartedTurn, model: str) -> None:
         """After a turn has ended and its outcome is stored: compact its conversation ahead of
         time if the next request would reach the pre-trigger (decided by the job)."""
         if self._closed or started.conversation_id in self._jobs:

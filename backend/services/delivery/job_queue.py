@@ -51,6 +51,10 @@ TURNS_QUEUE = "turns"
 UPKEEP_QUEUE = "upkeep"
 RUN_TURN = "run_turn"
 COMPACT_AHEAD = "compact_ahead"
+# procrastinate fetches on a job's insertion and on this poll, not when a lock frees: a job
+# queued behind its conversation's running one (the compaction deferred at a turn's end, a
+# send during a compaction) starts within this time of the lock's release.
+LOCKED_JOB_POLL_SECONDS = 0.25
 # A turn runs at most this many times; lost on the last, it ends `failed`.
 MAX_TURN_ATTEMPTS = 2
 # How often the upkeep job looks for stalled jobs (cron, seconds in the 6th column).
@@ -172,14 +176,10 @@ class QueuedAhead:
 
     def __init__(self, app: App) -> None:
         self._app = app
-        self._deferring: set[asyncio.Task[None]] = set()
 
-    def schedule(self, started: turns.StartedTurn, model: str) -> None:
-        task = asyncio.create_task(self._defer(started, model))
-        self._deferring.add(task)
-        task.add_done_callback(self._deferring.discard)
-
-    async def _defer(self, started: turns.StartedTurn, model: str) -> None:
+    async def before_end(self, started: turns.StartedTurn, model: str) -> None:
+        """Deferred while the turn's job holds the lock: the job runs after the turn and before
+        any send that follows the ending the user sees."""
         cid = started.conversation_id
         try:
             await self._app.configure_task(
@@ -195,8 +195,11 @@ class QueuedAhead:
     ) -> None:
         """Nothing to wait for here: the queue ran the job before the turn (one lock)."""
 
+    def after_end(self, started: turns.StartedTurn, model: str) -> None:
+        """Deferred before the end already."""
+
     async def stop(self) -> None:
-        await asyncio.gather(*self._deferring, return_exceptions=True)
+        """Nothing in flight: each deferral was awaited by its turn."""
 
 
 @dataclass(frozen=True)
@@ -323,6 +326,7 @@ class QueueWorker:
                 update_heartbeat_interval=beat,
                 stalled_worker_timeout=options.restart_after_seconds,
                 delete_jobs="successful",
+                fetch_job_polling_interval=LOCKED_JOB_POLL_SECONDS,
             )
 
         def upkeep_worker() -> Worker:

@@ -32,6 +32,7 @@ from backend.services.delivery.stream_events import Restarted, relayed
 from backend.services.records.history import resolve_history
 from backend.services.titles import GeneratedTitles
 from chat_shell.contracts import (
+    TERMINAL_EVENT_TYPES,
     AttachmentRef,
     CompactionRecord,
     CompactionStatusSink,
@@ -51,9 +52,15 @@ END_MAX_BACKOFF_SECONDS = 5.0
 
 
 class AheadScheduler(Protocol):
-    """Compaction ahead of time, as a turn sees it: scheduled at its end, awaited at its start."""
+    """Compaction ahead of time, as a turn sees it: scheduled at its end, awaited at its start.
 
-    def schedule(self, started: turns.StartedTurn, model: str) -> None: ...
+    A queue defers the job `before_end`, while the turn's job still holds the conversation's
+    lock: a send that follows the ending it sees then queues behind the compaction. A scheduler
+    in this process starts it `after_end`, once the outcome it reads is stored."""
+
+    async def before_end(self, started: turns.StartedTurn, model: str) -> None: ...
+
+    def after_end(self, started: turns.StartedTurn, model: str) -> None: ...
 
     async def wait(
         self, conversation_id: int, on_status: CompactionStatusSink, stop: asyncio.Event | None = None
@@ -195,6 +202,8 @@ class TurnHost:
                     await self._after_ahead(started, turn_log, job.cancel)
                 request = await self._build_request(started, model)
                 async for event in self.runtime.run(request, job.cancel):
+                    if self.ahead is not None and event.type in TERMINAL_EVENT_TYPES:
+                        await self.ahead.before_end(started, model)
                     relay.forward(event)
             if not relay.finished:
                 relay.fail("runtime_error", "the runtime ended without a result")
@@ -222,7 +231,7 @@ class TurnHost:
             self._jobs.pop(started.turn_id, None)
             # Before `done`: a send that follows this turn at once finds the job and waits.
             if self.ahead is not None and relay.finished:
-                self.ahead.schedule(started, model)
+                self.ahead.after_end(started, model)
             if self.titles is not None and relay.finished:
                 self.titles.schedule(started, model)
             job.done.set()
