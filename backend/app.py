@@ -50,7 +50,6 @@ from backend.runtime_factory import (
 from backend.secret_policy import require_backend_secrets
 from backend.services.accounts.auth import Passwords
 from backend.services.attachments.extraction.sandbox import ExtractionSandbox
-from backend.services.attachments.reader import DatabaseAttachmentReader
 from backend.services.dashboard import rollups
 from backend.services.delivery.broker import create_broker
 from backend.services.delivery.event_log import EventWriter
@@ -59,7 +58,6 @@ from backend.services.delivery.liveness import Liveness
 from backend.services.delivery.streams import OpenStreams
 from backend.services.delivery.turn_runner import TurnDefaults, TurnLimits, TurnRunner
 from backend.services.model_catalog import ModelList, configured_catalog
-from backend.services.records.originals import DatabaseHistoryBrowser
 from backend.services.throttle import AttemptThrottle
 from backend.settings import Settings, get_settings
 from backend.telemetry import setup_telemetry
@@ -110,14 +108,7 @@ def create_app(settings: Settings | None = None, *, local_model: LocalModelServe
             if served is not None:
                 catalog = catalog.with_model(local_entry(settings, served), default=not configured.models)
             config = runtime_config(settings, catalog)
-            runtime = await stack.enter_async_context(
-                open_runtime(
-                    settings,
-                    catalog=catalog,
-                    attachments=DatabaseAttachmentReader(sessions, settings),
-                    history_browser=DatabaseHistoryBrowser(sessions),
-                )
-            )
+            runtime = await stack.enter_async_context(open_runtime(settings, sessions, catalog))
             previewer = runtime if isinstance(runtime, ChatShell) else None
             compactions = compactions_for(settings, sessions, runtime)
             if served is not None:

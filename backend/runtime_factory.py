@@ -13,10 +13,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.api.routes.prometheus import add_service_metrics
 from backend.secret_policy import require_metrics_token, require_service_token
+from backend.services.attachments.reader import DatabaseAttachmentReader
 from backend.services.model_catalog import ModelCatalog, ModelInfo, configured_catalog
+from backend.services.records.originals import DatabaseHistoryBrowser
 from backend.settings import RuntimeConfigurationError, Settings
 from backend.telemetry import setup_telemetry
 from chat_shell.accounting.budget import budget_for
@@ -102,15 +105,15 @@ def build_runtime(
 
 @asynccontextmanager
 async def open_runtime(
-    settings: Settings,
-    *,
-    catalog: ModelCatalog | None = None,
-    attachments: AttachmentReader | None = None,
-    history_browser: HistoryBrowser | None = None,
+    settings: Settings, sessions: async_sessionmaker[AsyncSession], catalog: ModelCatalog
 ) -> AsyncIterator[TurnRuntime]:
-    """The backend's runtime for the lifetime of the app; a service client is closed on exit."""
+    """The backend's runtime for the lifetime of the app or worker, reading attachments and
+    originals from the database; a service client is closed on exit."""
     runtime = build_runtime(
-        settings, catalog=catalog, attachments=attachments, history_browser=history_browser
+        settings,
+        catalog=catalog,
+        attachments=DatabaseAttachmentReader(sessions, settings),
+        history_browser=DatabaseHistoryBrowser(sessions),
     )
     if isinstance(runtime, ChatShell):
         runtime.start()

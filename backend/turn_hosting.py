@@ -20,7 +20,6 @@ from backend.db import check_schema, create_engine, session_factory
 from backend.logs import configure_logging
 from backend.runtime_factory import open_runtime
 from backend.secret_policy import require_backend_secrets
-from backend.services.attachments.reader import DatabaseAttachmentReader
 from backend.services.compaction.ahead import AheadCompactions
 from backend.services.dashboard import rollups
 from backend.services.delivery.broker import LocalBroker, create_broker
@@ -29,7 +28,6 @@ from backend.services.delivery.event_log import EventWriter
 from backend.services.delivery.job_queue import QueuedAhead, QueueWorker, WorkerOptions, create_queue
 from backend.services.delivery.turn_host import HostOptions, TurnHost
 from backend.services.model_catalog import configured_catalog
-from backend.services.records.originals import DatabaseHistoryBrowser
 from backend.services.titles import GeneratedTitles
 from backend.settings import Settings
 from chat_shell.contracts import TurnRuntime
@@ -107,14 +105,7 @@ async def run_worker(settings: Settings, concurrency: int | None) -> None:
         stack.push_async_callback(engine.dispose)
         await check_schema(engine)
         sessions = session_factory(engine)
-        runtime = await stack.enter_async_context(
-            open_runtime(
-                settings,
-                catalog=catalog,
-                attachments=DatabaseAttachmentReader(sessions, settings),
-                history_browser=DatabaseHistoryBrowser(sessions),
-            )
-        )
+        runtime = await stack.enter_async_context(open_runtime(settings, sessions, catalog))
         broker = create_broker(settings.redis_url)
         writer = EventWriter(sessions, broker.publish, rollups.write_staged)
         writer.start()

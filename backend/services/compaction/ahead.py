@@ -1,6 +1,6 @@
 """Compaction ahead of time (issue 20): the turn after the trigger starts as fast as any other.
 
-When a turn ends, its conversation is handed to `AheadCompactions.schedule`: in the background
+When a turn ends, its conversation is handed to `AheadCompactions.after_end`: in the background
 the runtime runs the guard's own stages and compactor over the history the next turn would
 start from, and when that request is estimated at or above the profile's pre-trigger
 (`pre_trigger_tokens`, default 0.7 x trigger) it summarizes it exactly as a turn's hook would.
@@ -41,7 +41,7 @@ from backend.services.conversations import conversations
 from backend.services.dashboard import rollups
 from backend.services.delivery import turn_endings, turns
 from backend.services.errors import NotFound
-from backend.services.records.history import resolve_history, turn_entries
+from backend.services.records.history import request_basis, turn_entries
 from chat_shell.contracts import AheadCompactor, AheadRequest, CompactionStatusSink, ContextCompactionEvent
 
 log = logging.getLogger(__name__)
@@ -155,19 +155,12 @@ class AheadCompactions:
             if message is None or (message.result or {}).get("termination_reason") == "context_refused":
                 return None
             # The path of the turn's reply, whichever version is shown by now.
-            resolved = await resolve_history(db, conversation, through_pk=message.id)
+            basis = await request_basis(
+                db, conversation, model=model, system_prompt=self._system_prompt, through_pk=message.id
+            )
             own_ids = [entry.id for entry in turn_entries(message) if entry.id]
-            instructions = conversation.instructions
         return AheadRequest(
-            conversation_id=started.conversation_id,
-            owner_id=started.owner_id,
-            turn_id=started.turn_id,
-            assistant_message_id=message.message_id,
-            history=resolved.messages,
-            own_ids=own_ids,
-            model=model,
-            system_prompt=self._system_prompt,
-            instructions=instructions,
+            **basis, turn_id=started.turn_id, assistant_message_id=message.message_id, own_ids=own_ids
         )
 
     async def _store(self, started: turns.StartedTurn, model: str, outcome: ContextCompactionEvent) -> None:

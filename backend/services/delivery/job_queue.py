@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol
 
 import psycopg
 from procrastinate import App, PsycopgConnector, RetryStrategy
@@ -38,7 +39,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.models.base import utcnow
-from backend.services.compaction.ahead import AheadCompactions
 from backend.services.delivery import liveness, turn_endings, turns
 from backend.services.delivery.broker import LocalBroker
 from backend.services.delivery.turn_host import TurnHost
@@ -202,6 +202,13 @@ class QueuedAhead:
         """Nothing in flight: each deferral was awaited by its turn."""
 
 
+class AheadJob(Protocol):
+    """What a `compact_ahead` job runs (compaction's `AheadCompactions`, which builds on the
+    turns this package stores: this package never imports it)."""
+
+    async def compact(self, started: turns.StartedTurn, model: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
     concurrency: int
@@ -219,7 +226,7 @@ class QueueWorker:
         sessions: async_sessionmaker[AsyncSession],
         broker: LocalBroker,
         host: TurnHost,
-        compactions: AheadCompactions | None,
+        compactions: AheadJob | None,
         options: WorkerOptions,
     ) -> None:
         self._app = app

@@ -45,6 +45,13 @@ class StreamPayload(BaseModel):
 
     event: ClassVar[str]
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A payload that is a contract event itself is named by that event."""
+        super().__init_subclass__(**kwargs)
+        contract = next((base for base in cls.__bases__ if "type" in getattr(base, "model_fields", {})), None)
+        if contract is not None:
+            cls.event = name_of(contract)
+
     def data(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude={"type"})
 
@@ -66,24 +73,19 @@ class Started(StreamPayload):
         return self.model_dump(mode="json", exclude_none=True)
 
 
-class Delta(MessageDelta, StreamPayload):
-    event = name_of(MessageDelta)
+class Delta(MessageDelta, StreamPayload): ...
 
 
-class ToolStart(ToolStarted, StreamPayload):
-    event = name_of(ToolStarted)
+class ToolStart(ToolStarted, StreamPayload): ...
 
 
-class ToolEnd(ToolCompleted, StreamPayload):
-    event = name_of(ToolCompleted)
+class ToolEnd(ToolCompleted, StreamPayload): ...
 
 
-class ApprovalAsk(ApprovalRequested, StreamPayload):
-    event = name_of(ApprovalRequested)
+class ApprovalAsk(ApprovalRequested, StreamPayload): ...
 
 
-class ApprovalAnswer(ApprovalDecided, StreamPayload):
-    event = name_of(ApprovalDecided)
+class ApprovalAnswer(ApprovalDecided, StreamPayload): ...
 
 
 class Metrics(ContextMetrics, StreamPayload):

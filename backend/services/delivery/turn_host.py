@@ -29,7 +29,7 @@ from backend.services.delivery.capabilities import CapabilityIssuer
 from backend.services.delivery.event_log import EventWriter, LogWriteFailed, TurnLog, latest_seq
 from backend.services.delivery.relay import Relay
 from backend.services.delivery.stream_events import Restarted, relayed
-from backend.services.records.history import resolve_history
+from backend.services.records.history import request_basis
 from backend.services.titles import GeneratedTitles
 from chat_shell.contracts import (
     TERMINAL_EVENT_TYPES,
@@ -296,22 +296,22 @@ class TurnHost:
     async def _build_request(self, started: turns.StartedTurn, model: str) -> TurnRequest:
         """Package mode resolves the history here; service mode sends `backend` access instead
         and chat_shell loads the same pipeline's output over HTTP."""
-        history = None
         remote = self._options.remote_access
         async with self._sessions() as db:
             conversation = await db.get(Conversation, started.conversation_id)
             assert conversation is not None
-            mcp_servers, instructions = conversation.mcp_servers, conversation.instructions
-            ask_first = conversation.mcp_ask_first or []
-            if remote is None:
-                resolved = await resolve_history(
-                    db, conversation, before_message_id=started.user_message.message_id
-                )
-                history = resolved.messages
+            basis = await request_basis(
+                db,
+                conversation,
+                model=model,
+                system_prompt=self._options.system_prompt,
+                before_message_id=started.user_message.message_id,
+                with_history=remote is None,
+            )
+            mcp_servers, ask_first = conversation.mcp_servers, conversation.mcp_ask_first or []
             refs = await _attachment_refs(db, started.attachment_ids)
         return TurnRequest(
-            conversation_id=started.conversation_id,
-            owner_id=started.owner_id,
+            **basis,
             turn_id=started.turn_id,
             assistant_message_id=started.assistant_message.message_id,
             user=UserInput(
@@ -319,16 +319,12 @@ class TurnHost:
                 content=started.user_message.content,
                 attachments=refs,
             ),
-            history=history,
             backend=(
                 remote.access(started.turn_id, started.conversation_id, started.owner_id)
                 if remote is not None
                 else None
             ),
-            model=model,
-            system_prompt=self._options.system_prompt,
             mcp_servers=mcp_servers,
-            instructions=instructions,
             ask_first=ask_first,
         )
 

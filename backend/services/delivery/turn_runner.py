@@ -107,10 +107,7 @@ class TurnRunner:
             raise Invalid("edit_keeps_files", "an edited message keeps the files of the one it edits")
         await self._require_worker()
         async with transaction(self._sessions) as db:
-            conversation = await conversations.get_owned(db, user, conversation_id)
-            model = self.model_for(conversation)
-            self._defaults.admit(model)
-            await turns.require_capacity(db, self._limits.capacity)
+            conversation, model = await self._admit(db, user, conversation_id)
             edited = (
                 await conversations.question_to_edit(db, conversation, edits) if edits is not None else None
             )
@@ -132,16 +129,22 @@ class TurnRunner:
         place: the question and its files stay, the earlier replies stay as versions."""
         await self._require_worker()
         async with transaction(self._sessions) as db:
-            conversation = await conversations.get_owned(db, user, conversation_id)
-            model = self.model_for(conversation)
-            self._defaults.admit(model)
-            await turns.require_capacity(db, self._limits.capacity)
+            conversation, model = await self._admit(db, user, conversation_id)
             question = await conversations.question_to_answer(db, conversation, message_id)
             started = await turns.start_version(
                 db, user, conversation, question, model, self._limits.running_per_user
             )
         await self._launch(started, model)
         return started
+
+    async def _admit(self, db: AsyncSession, user: User, conversation_id: int) -> tuple[Conversation, str]:
+        """Before a turn is stored: the user's conversation and the model its turn runs with,
+        which must take a message now, with room for one more running turn."""
+        conversation = await conversations.get_owned(db, user, conversation_id)
+        model = self.model_for(conversation)
+        self._defaults.admit(model)
+        await turns.require_capacity(db, self._limits.capacity)
+        return conversation, model
 
     async def _require_worker(self) -> None:
         if self._queue is not None:

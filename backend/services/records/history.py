@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import ValidationError
 from sqlalchemy import select
@@ -185,6 +185,48 @@ async def resolve_history(
     for row in rows:
         history.extend(expand(row, attachments.get(row.id, [])))
     return ResolvedHistory(history, checkpoint.message_id if checkpoint is not None else None)
+
+
+class RequestBasis(TypedDict):
+    """What every runtime request built from a conversation starts from: a turn's
+    (`TurnRequest`), the compaction ahead of time's (`AheadRequest`) and the next turn's
+    preview (`NextTurnQuery`) each add their own fields to it."""
+
+    conversation_id: int
+    owner_id: int
+    # None: chat_shell runs as its own service and loads the history itself.
+    history: list[ChainMessage] | None
+    model: str
+    system_prompt: str | None
+    instructions: str | None
+
+
+async def request_basis(
+    db: AsyncSession,
+    conversation: Conversation,
+    *,
+    model: str,
+    system_prompt: str | None,
+    before_message_id: int | None = None,
+    through_pk: int | None = None,
+    with_history: bool = True,
+) -> RequestBasis:
+    """The conversation's part of a runtime request: the model-visible history of the path
+    `resolve_history` picks (none without `with_history`), the model and both prompts."""
+    history = None
+    if with_history:
+        resolved = await resolve_history(
+            db, conversation, before_message_id=before_message_id, through_pk=through_pk
+        )
+        history = resolved.messages
+    return RequestBasis(
+        conversation_id=conversation.id,
+        owner_id=conversation.owner_id,
+        history=history,
+        model=model,
+        system_prompt=system_prompt,
+        instructions=conversation.instructions,
+    )
 
 
 async def latest_metrics(

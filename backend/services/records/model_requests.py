@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.models import Conversation, Turn, TurnStatus
 from backend.schemas.model_requests import ModelRequestView, ShownEntry
-from backend.services.records.history import resolve_history
+from backend.services.records.history import request_basis
 from chat_shell.contracts import ModelRequest, NextTurnPreviewer, NextTurnQuery
 
 FORMAT_VERSION = 1
@@ -113,18 +113,8 @@ async def next_request(
     guard's stages run, no model called), shown like a sent one."""
     if previewer is None:
         return ModelRequestView(conversation_id=conversation.id, state="unavailable", note=NO_PREVIEW)
-    resolved = await resolve_history(db, conversation)
-    preview = await previewer.preview_next(
-        NextTurnQuery(
-            conversation_id=conversation.id,
-            owner_id=conversation.owner_id,
-            history=resolved.messages,
-            model=model,
-            system_prompt=system_prompt,
-            instructions=conversation.instructions,
-            mcp_servers=conversation.mcp_servers,
-        )
-    )
+    basis = await request_basis(db, conversation, model=model, system_prompt=system_prompt)
+    preview = await previewer.preview_next(NextTurnQuery(**basis, mcp_servers=conversation.mcp_servers))
     if preview is None:
         return ModelRequestView(conversation_id=conversation.id, state="unavailable", note=NO_PREVIEW)
     document = compact([preview.request])
