@@ -362,12 +362,29 @@ def conversations(count: int, seed: int = 19) -> list[Conversation]:
 # -- measuring ------------------------------------------------------------------------------
 
 
+# A letter of any script: a line without one (a rule, a bare number) has no language.
+_HAS_WORDS = re.compile(r"[^\W\d_]")
+
+
+def off_language_lines(summary: str, conversation: Conversation) -> list[str]:
+    """The lines of the summary, headings included, not in the conversation's language as the
+    product reads a script (`chat_shell.languages`), the planted values left out (an id or a
+    path is no language). Line by line: Chinese points under English headings are not a
+    Chinese summary, though the whole text reads as Chinese."""
+    wanted = "zh" if conversation.language == "zh" else None
+    off = []
+    for line in summary.splitlines():
+        bare = line
+        for fact in conversation.facts:
+            bare = bare.replace(fact.value, " ")
+        if _HAS_WORDS.search(bare) and cjk_language(bare) != wanted:
+            off.append(line)
+    return off
+
+
 def in_language(summary: str, conversation: Conversation) -> bool:
-    """Whether the summary is in the conversation's language as the product reads a script
-    (`chat_shell.languages`), the planted values left out (an id or a path is no language)."""
-    for fact in conversation.facts:
-        summary = summary.replace(fact.value, " ")
-    return cjk_language(summary) == ("zh" if conversation.language == "zh" else None)
+    """Whether every line of the summary that holds words is in the conversation's language."""
+    return not off_language_lines(summary, conversation)
 
 
 # The local model writes 4-7 tokens/s on 2 busy cores: a summary call can outlast the default
