@@ -22,7 +22,15 @@ from tests.frontend.actions import (
 )
 from tests.frontend.conftest import screenshot
 from tests.support.api import PASSWORD
-from tests.support.browser import Stack, api_client, assistant, seed_conversation, user
+from tests.support.browser import (
+    Stack,
+    api_client,
+    append_turn_events,
+    assistant,
+    seed_conversation,
+    seed_running_turn,
+    user,
+)
 from tests.support.scripted_provider import text
 
 pytestmark = pytest.mark.browser
@@ -52,6 +60,17 @@ def drawn_ids(page: Page) -> list[int]:
     return ids
 
 
+def scroll_to_the_top(page: Page) -> None:
+    """Jumps to the top of the transcript until the first message is drawn there."""
+    transcript = page.locator("#transcript")
+    for _ in range(30):
+        transcript.evaluate("el => { el.scrollTop = 0; }")
+        page.wait_for_timeout(150)
+        if drawn_ids(page)[0] == 1 and transcript.evaluate("el => el.scrollTop") == 0:
+            return
+    assert drawn_ids(page)[0] == 1
+
+
 def test_a_long_conversation_opens_at_the_end_and_pages_in_older_messages(
     page: Page, stack: Stack, username: str
 ) -> None:
@@ -66,12 +85,7 @@ def test_a_long_conversation_opens_at_the_end_and_pages_in_older_messages(
     expect(messages.last).to_contain_text("Answer 299")
     expect(messages).to_have_count(40)
     assert page.evaluate("window.chatShell.firstPageMs") > 0
-    for _ in range(30):
-        transcript.evaluate("el => { el.scrollTop = 0; }")
-        page.wait_for_timeout(150)
-        if drawn_ids(page)[0] == 1 and transcript.evaluate("el => el.scrollTop") == 0:
-            break
-    assert drawn_ids(page)[0] == 1
+    scroll_to_the_top(page)
     expect(messages.first).to_contain_text("Question 0")
 
     # A screen at a time down to the end: each step moves the view by about a screen.
@@ -89,6 +103,60 @@ def test_a_long_conversation_opens_at_the_end_and_pages_in_older_messages(
     assert seen == set(range(1, 301))
     expect(messages.last).to_contain_text("Answer 299")
     expect(messages.last).to_be_in_viewport()
+
+
+def test_a_reply_written_while_the_reader_is_far_up_is_whole_back_at_the_end(
+    page: Page, stack: Stack, username: str
+) -> None:
+    """The reply being written leaves the page with the newest messages when the reader scrolls
+    to the top of a long conversation; it goes on receiving its stream meanwhile, and scrolling
+    back down shows it with everything written, then finished."""
+    start(page, stack, username)
+    cid = seed_conversation(stack.database_url, username, "Very long", numbered(300))
+    turn_id, reply_id = seed_running_turn(stack.database_url, cid, "And the last day?")
+    started = {"turn_id": turn_id, "message_id": reply_id, "model": "m", "profile": "m"}
+    append_turn_events(
+        stack.database_url, turn_id, [("turn.started", started), ("message.delta", {"text": "Day one: "})]
+    )
+    page.goto(f"{stack.base_url}/c/{cid}")
+    reply = page.locator(f'.msg[data-message-id="{reply_id}"]')
+    expect(reply).to_contain_text("Day one:")
+    scroll_to_the_top(page)
+    expect(reply).to_have_count(0)
+    append_turn_events(stack.database_url, turn_id, [("message.delta", {"text": "the temples."})])
+    streamed = f"window.chatShell.streamedText({reply_id})"
+    for _ in range(100):
+        if page.evaluate(streamed) == "Day one: the temples.":
+            break
+        page.wait_for_timeout(100)
+    assert page.evaluate(streamed) == "Day one: the temples."
+    transcript = page.locator("#transcript")
+    for _ in range(60):
+        transcript.evaluate("el => { el.scrollTop = el.scrollHeight; }")
+        page.wait_for_timeout(100)
+        if drawn_ids(page)[-1] == reply_id:
+            break
+    expect(reply).to_contain_text("Day one: the temples.")
+    expect(reply).to_have_attribute("data-status", "running")
+
+    answer = "Day one: the temples. Day two: the hills."
+    result = {"value": answer, "blocks": [{"type": "text", "text": answer}]}
+    message = {
+        "conversation_id": cid,
+        "message_id": reply_id,
+        "role": "assistant",
+        "status": "completed",
+        "content": "",
+        "result": result,
+    }
+    append_turn_events(
+        stack.database_url,
+        turn_id,
+        [("message.delta", {"text": " Day two: the hills."}), ("turn.completed", {"message": message})],
+        final={"status": "completed", "result": result},
+    )
+    expect(reply).to_have_attribute("data-status", "completed")
+    expect(reply.locator(".msg-body")).to_have_text(answer)
 
 
 def test_sidebar_pages_searches_renames_and_deletes(page: Page, stack: Stack, username: str) -> None:
