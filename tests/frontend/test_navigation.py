@@ -22,7 +22,15 @@ from tests.frontend.actions import (
 )
 from tests.frontend.conftest import screenshot
 from tests.support.api import PASSWORD
-from tests.support.browser import Stack, api_client, assistant, seed_conversation, user
+from tests.support.browser import (
+    Stack,
+    api_client,
+    append_turn_events,
+    assistant,
+    seed_conversation,
+    seed_running_turn,
+    user,
+)
 from tests.support.scripted_provider import text
 
 pytestmark = pytest.mark.browser
@@ -32,26 +40,123 @@ def numbered(count: int) -> list[dict]:
     return [user(f"Question {n}") if n % 2 == 0 else assistant(f"Answer {n}") for n in range(count)]
 
 
+# The most messages the page holds at once: a window around the view (issue 35).
+WINDOW = 160
+DRAWN_IDS = "() => [...document.querySelectorAll('#messages > .msg')].map((m) => Number(m.dataset.messageId))"
+FIRST_IN_VIEW = """el => {
+  const top = el.getBoundingClientRect().top;
+  const drawn = [...el.querySelectorAll('#messages > .msg')];
+  const first = drawn.find((m) => m.getBoundingClientRect().bottom > top);
+  return Number(first.dataset.messageId);
+}"""
+AT_THE_END = "el => el.scrollHeight - el.scrollTop <= el.clientHeight + 1"
+
+
+def drawn_ids(page: Page) -> list[int]:
+    """The messages in the page, in order, each checked to follow the one before it."""
+    ids: list[int] = page.evaluate(DRAWN_IDS)
+    assert ids == list(range(ids[0], ids[0] + len(ids))), ids
+    assert len(ids) <= WINDOW, len(ids)
+    return ids
+
+
+def scroll_to_the_top(page: Page) -> None:
+    """Jumps to the top of the transcript until the first message is drawn there."""
+    transcript = page.locator("#transcript")
+    for _ in range(30):
+        transcript.evaluate("el => { el.scrollTop = 0; }")
+        page.wait_for_timeout(150)
+        if drawn_ids(page)[0] == 1 and transcript.evaluate("el => el.scrollTop") == 0:
+            return
+    assert drawn_ids(page)[0] == 1
+
+
 def test_a_long_conversation_opens_at_the_end_and_pages_in_older_messages(
     page: Page, stack: Stack, username: str
 ) -> None:
+    """Scrolling to the top loads older pages and back down draws the newer ones again: each
+    time in order, without gaps or duplicates, the view steady, and never more than a window of
+    messages in the page."""
     start(page, stack, username)
     cid = seed_conversation(stack.database_url, username, "Very long", numbered(300))
     page.goto(f"{stack.base_url}/c/{cid}")
+    transcript = page.locator("#transcript")
     messages = page.locator(".msg")
     expect(messages.last).to_contain_text("Answer 299")
     expect(messages).to_have_count(40)
     assert page.evaluate("window.chatShell.firstPageMs") > 0
-    # Scrolling to the top loads older pages, oldest first, without gaps or duplicates.
-    for _ in range(30):
-        page.locator("#transcript").evaluate("el => { el.scrollTop = 0; }")
-        if messages.count() == 300:
-            break
-        page.wait_for_timeout(150)
-    expect(messages).to_have_count(300)
-    ids = [int(v) for v in messages.evaluate_all("els => els.map(e => e.dataset.messageId)")]
-    assert ids == list(range(1, 301))
+    scroll_to_the_top(page)
     expect(messages.first).to_contain_text("Question 0")
+
+    # A screen at a time down to the end: each step moves the view by about a screen.
+    seen = set(drawn_ids(page))
+    first = transcript.evaluate(FIRST_IN_VIEW)
+    for _ in range(200):
+        if drawn_ids(page)[-1] == 300 and transcript.evaluate(AT_THE_END):
+            break
+        transcript.evaluate("el => { el.scrollTop += el.clientHeight; }")
+        page.wait_for_timeout(60)
+        seen |= set(drawn_ids(page))
+        now = transcript.evaluate(FIRST_IN_VIEW)
+        assert 0 <= now - first <= 20, (first, now)
+        first = now
+    assert seen == set(range(1, 301))
+    expect(messages.last).to_contain_text("Answer 299")
+    expect(messages.last).to_be_in_viewport()
+
+
+def test_a_reply_written_while_the_reader_is_far_up_is_whole_back_at_the_end(
+    page: Page, stack: Stack, username: str
+) -> None:
+    """The reply being written leaves the page with the newest messages when the reader scrolls
+    to the top of a long conversation; it goes on receiving its stream meanwhile, and scrolling
+    back down shows it with everything written, then finished."""
+    start(page, stack, username)
+    cid = seed_conversation(stack.database_url, username, "Very long", numbered(300))
+    turn_id, reply_id = seed_running_turn(stack.database_url, cid, "And the last day?")
+    started = {"turn_id": turn_id, "message_id": reply_id, "model": "m", "profile": "m"}
+    append_turn_events(
+        stack.database_url, turn_id, [("turn.started", started), ("message.delta", {"text": "Day one: "})]
+    )
+    page.goto(f"{stack.base_url}/c/{cid}")
+    reply = page.locator(f'.msg[data-message-id="{reply_id}"]')
+    expect(reply).to_contain_text("Day one:")
+    scroll_to_the_top(page)
+    expect(reply).to_have_count(0)
+    append_turn_events(stack.database_url, turn_id, [("message.delta", {"text": "the temples."})])
+    streamed = f"window.chatShell.streamedText({reply_id})"
+    for _ in range(100):
+        if page.evaluate(streamed) == "Day one: the temples.":
+            break
+        page.wait_for_timeout(100)
+    assert page.evaluate(streamed) == "Day one: the temples."
+    transcript = page.locator("#transcript")
+    for _ in range(60):
+        transcript.evaluate("el => { el.scrollTop = el.scrollHeight; }")
+        page.wait_for_timeout(100)
+        if drawn_ids(page)[-1] == reply_id:
+            break
+    expect(reply).to_contain_text("Day one: the temples.")
+    expect(reply).to_have_attribute("data-status", "running")
+
+    answer = "Day one: the temples. Day two: the hills."
+    result = {"value": answer, "blocks": [{"type": "text", "text": answer}]}
+    message = {
+        "conversation_id": cid,
+        "message_id": reply_id,
+        "role": "assistant",
+        "status": "completed",
+        "content": "",
+        "result": result,
+    }
+    append_turn_events(
+        stack.database_url,
+        turn_id,
+        [("message.delta", {"text": " Day two: the hills."}), ("turn.completed", {"message": message})],
+        final={"status": "completed", "result": result},
+    )
+    expect(reply).to_have_attribute("data-status", "completed")
+    expect(reply.locator(".msg-body")).to_have_text(answer)
 
 
 def test_sidebar_pages_searches_renames_and_deletes(page: Page, stack: Stack, username: str) -> None:

@@ -46,6 +46,7 @@ const transcript = new Transcript({
   scroller: $("transcript"),
   list: $("messages"),
   topSentinel: $("transcript-top"),
+  bottomSentinel: $("transcript-bottom"),
   olderStatus: $("older-status"),
   emptyState: $("empty-state"),
   modelLabel: (id) => picker.info(id)?.label ?? id,
