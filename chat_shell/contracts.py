@@ -7,7 +7,7 @@ Package mode passes these objects in-process; service mode sends the same models
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal, Protocol
 
@@ -687,7 +687,9 @@ class TurnRuntime(Protocol):
     turn, which then ends with `turn.cancelled` carrying the partial output.
     """
 
-    def run(self, request: TurnRequest, cancel: asyncio.Event | None = None) -> AsyncIterator[TurnEvent]: ...
+    def run(
+        self, request: TurnRequest, cancel: asyncio.Event | None = None
+    ) -> AsyncGenerator[TurnEvent, None]: ...
 
     async def mcp_servers(self) -> list[McpServerInfo]:
         """The configured MCP servers, their state and their tools."""

@@ -11,15 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_stream_writer
 from langgraph.errors import GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import StreamMode
 
 from chat_shell.accounting.budget import Budget
 from chat_shell.accounting.token_counter import TokenCounter
@@ -68,7 +70,7 @@ from chat_shell.tools.turn_tools import TurnTools
 
 logger = logging.getLogger("chat_shell.runtime")
 
-STREAM_MODES = ["messages", "updates", "custom"]
+STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
 Hook = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -125,7 +127,7 @@ class TurnExecution:
 
     # -- the turn --------------------------------------------------------------------------
 
-    async def events(self) -> AsyncIterator[TurnEvent]:
+    async def events(self) -> AsyncGenerator[TurnEvent, None]:
         """`turn.started` first, exactly one terminal event last; setting `cancel` ends the turn
         with `turn.cancelled`. A caller that stops iterating (`aclose`) stops the turn."""
         try:
@@ -149,6 +151,7 @@ class TurnExecution:
                         yield event
                 assert self._outcome is not None
                 plan = next_attempt(self._outcome, max_truncation_retries=self.setup.truncation_retries)
+            assert self._outcome is not None  # the first plan always runs, and every attempt ends with one
             outcome = refuse_repeated_overflow(
                 self._outcome, model=profile.name, available_tokens=self.setup.budget.available_input
             )
@@ -176,7 +179,7 @@ class TurnExecution:
 
     # -- one attempt -----------------------------------------------------------------------
 
-    async def _attempt(self, plan: AttemptPlan, turn: TurnContext) -> AsyncIterator[TurnEvent]:
+    async def _attempt(self, plan: AttemptPlan, turn: TurnContext) -> AsyncGenerator[TurnEvent, None]:
         """The attempt's events; its outcome is left in `_outcome`."""
         setup = self.setup
         # Decided again before each model call, on the view the guard sends; the MCP tools are
@@ -205,7 +208,7 @@ class TurnExecution:
         self.guards.append(guard)
         graph = setup.graphs(setup.profile, answer_only=plan.answer_only)
         thread_id = turn.thread_id(plan.number)
-        config: dict[str, Any] = {
+        config: RunnableConfig = {
             "configurable": {"thread_id": thread_id},
             "recursion_limit": recursion_limit(setup.tool_call_limit),
         }
@@ -226,7 +229,8 @@ class TurnExecution:
         handle = self.graph_events.handle
         try:
             with watch:
-                stream = graph.astream(
+                # create_react_agent types its graph without the context_schema (context: None).
+                stream = graph.astream(  # type: ignore[call-overload]
                     {"messages": plan.seed},
                     config,
                     context=context,
@@ -302,7 +306,7 @@ class TurnExecution:
     async def _close_thread(
         self,
         graph: CompiledStateGraph,
-        config: dict[str, Any],
+        config: RunnableConfig,
         plan: AttemptPlan,
         turn: TurnContext,
         ending: str,
@@ -310,6 +314,7 @@ class TurnExecution:
         """The attempt's authoritative state; the thread is deleted whatever happens."""
         saver = self.setup.checkpointer
         thread_id = config["configurable"]["thread_id"]
+        pending: tuple[str, ...]
         messages, pending, checkpoints = plan.seed, (), -1
         try:
             snapshot = await graph.aget_state(config)
