@@ -20,7 +20,7 @@ bench:
 	.venv/bin/python -m bench
 
 lint:
-	.venv/bin/ruff check . && .venv/bin/ruff format --check .
+	bash scripts/lint.sh
 
 migrate: setup
 	.venv/bin/chat-shell migrate

@@ -48,10 +48,10 @@ def _load(directory: Path) -> Language:
     for message in catalog:
         if not message.id:
             continue
-        if message.pluralizable:
-            messages[message.id[0]] = dict(zip(categories, message.string, strict=True))
-        else:
+        if isinstance(message.id, str):
             messages[message.id] = message.string
+        else:  # pluralizable: the singular and plural ids, a translation per category
+            messages[message.id[0]] = dict(zip(categories, message.string or (), strict=True))
     tag = directory.name.replace("_", "-")  # as written, not Babel's fuller "zh-Hans-CN"
     name = locale.get_display_name(locale) or tag
     return Language(tag, name, Translations(compiled), messages, categories)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -245,7 +245,9 @@ class ChatShell:
         """Checkpoints held for any thread (zero whenever no turn is running)."""
         return len([c async for c in self.checkpointer.alist(None)])
 
-    def run(self, request: TurnRequest, cancel: asyncio.Event | None = None) -> AsyncIterator[TurnEvent]:
+    def run(
+        self, request: TurnRequest, cancel: asyncio.Event | None = None
+    ) -> AsyncGenerator[TurnEvent, None]:
         """The turn's events, produced as the caller iterates them; setting `cancel` stops the
         turn (partial output kept, `turn.cancelled`), and so does `aclose()`. A turn naming a
         model that is not configured fails with `unknown_model`."""
@@ -357,7 +359,7 @@ class ChatShell:
         return NextTurnRequest(request=request, summary_due=summary_due)
 
 
-async def _unknown_model(model: str, known: list[str]) -> AsyncIterator[TurnEvent]:
+async def _unknown_model(model: str, known: list[str]) -> AsyncGenerator[TurnEvent, None]:
     yield TurnStarted(model=model, profile=model)
     yield TurnFailed(
         code=UNKNOWN_MODEL,

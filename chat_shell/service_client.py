@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import httpx
 from httpx_sse import SSEError, aconnect_sse
@@ -90,7 +90,7 @@ class RemoteChatShell:
 
     async def run(
         self, request: TurnRequest, cancel: asyncio.Event | None = None
-    ) -> AsyncIterator[TurnEvent]:
+    ) -> AsyncGenerator[TurnEvent, None]:
         seen = VisibleTurn()
         started = False
         try:
@@ -115,7 +115,9 @@ class RemoteChatShell:
             result=TurnResult(value=seen.text, blocks=seen.blocks, termination_reason="internal_error"),
         )
 
-    async def _stream(self, request: TurnRequest, cancel: asyncio.Event | None) -> AsyncIterator[TurnEvent]:
+    async def _stream(
+        self, request: TurnRequest, cancel: asyncio.Event | None
+    ) -> AsyncGenerator[TurnEvent, None]:
         body = request.model_dump(mode="json")
         canceller: asyncio.Task[None] | None = None
         try:

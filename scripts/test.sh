@@ -18,7 +18,7 @@ fi
 # (outside the checkout), then only checked; each install ends with a real decode.
 CHAT_SHELL_LOCAL_MODEL=smollm2-135m .venv/bin/chat-shell local-model install
 CHAT_SHELL_LOCAL_MODEL=qwen2.5-coder-1.5b .venv/bin/chat-shell local-model install
-.venv/bin/ruff check .
+bash scripts/lint.sh
 # Two workers by default (CI has 2 cores); CHAT_SHELL_TEST_WORKERS=0 runs in one process.
 # The slowest tests are listed, so the default suite's budget (15 min) stays in view.
 .venv/bin/python -m pytest -n "${CHAT_SHELL_TEST_WORKERS:-2}" --dist loadgroup --durations=25 "$@"

@@ -65,10 +65,10 @@ async def _authenticate(request: Request, db: AsyncSession) -> Principal:
             raise Unauthenticated("invalid_token", "the API token is unknown, expired or revoked")
         return Principal(found[0], None, found[1])
     cookie = request.cookies.get(SESSION_COOKIE)
-    found = await auth.session_user(db, cookie) if cookie else None
-    if found is None:
+    signed_in = await auth.session_user(db, cookie) if cookie else None
+    if signed_in is None:
         raise Unauthenticated("unauthorized", "log in or send an API token")
-    user, session = found
+    user, session = signed_in
     # Browser requests that change state must echo the session's CSRF token (double submit).
     if request.method not in SAFE_METHODS:
         sent = request.headers.get(CSRF_HEADER, "")

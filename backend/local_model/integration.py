@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.util import find_spec
 from pathlib import Path
@@ -195,7 +195,7 @@ class LocalModelRuntime:
 
     async def run(
         self, request: TurnRequest, cancel: asyncio.Event | None = None
-    ) -> AsyncIterator[TurnEvent]:
+    ) -> AsyncGenerator[TurnEvent, None]:
         if request.model != self.server.options.model_id:
             async for event in self.inner.run(request, cancel):
                 yield event

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.local_model.catalog import LocalModel
-from backend.local_model.gguf_header import GgufError, read_metadata
+from backend.local_model.gguf_header import GgufError, Value, read_metadata
 
 INSTALL_FIX = "run `chat-shell local-model install` (or `make run`, which does it)"
 REINSTALL_FIX = "run `chat-shell local-model install --force` to download it again"
@@ -65,7 +65,7 @@ def _fingerprint(path: Path) -> dict[str, int]:
     return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
-def _metadata(path: Path, fix: str) -> dict[str, object]:
+def _metadata(path: Path, fix: str) -> dict[str, Value]:
     try:
         metadata = read_metadata(path, (NAME_KEY, ARCHITECTURE_KEY))
     except GgufError as exc:

@@ -18,9 +18,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import (
+    ColumnClause,
     ColumnElement,
     FromClause,
     Row,
@@ -78,7 +78,7 @@ class Hit:
 
 # What a message is found by: a user message's text, an assistant message's reply. On
 # PostgreSQL, literally the expression migrations 0010 and 0022 index (so the planner matches it).
-POSTGRES_TEXT = literal_column(
+POSTGRES_TEXT: ColumnClause[str] = literal_column(
     "(CASE WHEN role = 'assistant' THEN coalesce(result ->> 'value', '') ELSE content END)"
 )
 
@@ -134,7 +134,7 @@ def clean_query(query: str) -> str:
 async def search(db: AsyncSession, user: User, query: str, limit: int) -> list[Hit]:
     """The newest messages of the user containing `query`."""
     query = clean_query(query)
-    if db.bind.dialect.name == "sqlite":
+    if db.get_bind().dialect.name == "sqlite":
         rows = await _sqlite_rows(db, user, query, limit)
     else:
         rows = await _postgres_rows(db, user, query, limit)
@@ -144,7 +144,9 @@ async def search(db: AsyncSession, user: User, query: str, limit: int) -> list[H
     ]
 
 
-async def _sqlite_rows(db: AsyncSession, user: User, query: str, limit: int) -> Sequence[Row[Any]]:
+async def _sqlite_rows(
+    db: AsyncSession, user: User, query: str, limit: int
+) -> Sequence[Row[int, str, int, str, datetime, str]]:
     """An index walked newest first (by message id), so a common word stops at `limit` hits
     and a rare one is an index lookup: the FTS table with a quoted phrase from 3 characters,
     the CJK table with the CJK characters of a shorter query (each message it names checked
@@ -153,7 +155,7 @@ async def _sqlite_rows(db: AsyncSession, user: User, query: str, limit: int) -> 
     contains = func.instr(func.lower(_fts.c.body), query.lower()) > 0
     if gram is not None:
         source = _cjk.join(Message, Message.id == _cjk.c.message_id).join(_fts, _fts.c.rowid == Message.id)
-        found = (_cjk.c.gram == gram) & contains
+        found: ColumnElement[bool] = (_cjk.c.gram == gram) & contains
         newest = _cjk.c.message_id.desc()
     else:
         source = _fts.join(Message, Message.id == _fts.c.rowid)
@@ -164,7 +166,9 @@ async def _sqlite_rows(db: AsyncSession, user: User, query: str, limit: int) -> 
     return (await db.execute(stmt)).all()
 
 
-async def _postgres_rows(db: AsyncSession, user: User, query: str, limit: int) -> Sequence[Row[Any]]:
+async def _postgres_rows(
+    db: AsyncSession, user: User, query: str, limit: int
+) -> Sequence[Row[int, str, int, str, datetime, str]]:
     """The messages of the user's most recently active conversations first, read through the
     (conversation, message) index: a common word is found there in a few reads. Fewer than
     `limit` hits there: an index over all the user's messages (a rare word is a lookup),
@@ -172,7 +176,7 @@ async def _postgres_rows(db: AsyncSession, user: User, query: str, limit: int) -
     which names the messages with its rare grams."""
     pattern = f"%{_escape_like(query)}%"
     if len(query) >= TRIGRAM:
-        contains = POSTGRES_TEXT.ilike(pattern, escape="\\")
+        contains: ColumnElement[bool] = POSTGRES_TEXT.ilike(pattern, escape="\\")
     else:
         # ILIKE's own test (on UTF-8 it lowers both sides), on an expression the trigram index
         # is not on: a generic plan of the prepared statement, blind to the query's length,
@@ -205,7 +209,9 @@ async def _postgres_rows(db: AsyncSession, user: User, query: str, limit: int) -
     return rows
 
 
-def _hits(text: ColumnElement[str], owner_id: int, select_from: FromClause | None = None) -> Select[Any]:
+def _hits(
+    text: ColumnElement[str], owner_id: int, select_from: FromClause | None = None
+) -> Select[int, str, int, str, datetime, str]:
     """The columns of a hit, in a live conversation of `owner_id`."""
     stmt = select(
         Message.conversation_id,

@@ -33,7 +33,7 @@ class AttemptThrottle:
         self._local = local
         self._shared: MovingWindowRateLimiter | None = None
         if redis_url:
-            storage: Storage = storage_from_string(
+            storage = storage_from_string(
                 f"async+{redis_url}",
                 implementation="redispy",
                 key_prefix="chat-shell",
@@ -41,6 +41,7 @@ class AttemptThrottle:
                 socket_timeout=REDIS_TIMEOUT_SECONDS,
                 socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
             )
+            assert isinstance(storage, Storage)  # the `async+` scheme gives the asyncio storage
             self._shared = MovingWindowRateLimiter(storage)
         self._breaker = Breaker()
         self._per_address = parse(per_address)

@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 from langgraph.errors import GraphRecursionError
+from langgraph.types import StreamMode
 
 from chat_shell.agents.attempt_guidance import AttemptGuidance
 from chat_shell.agents.attempts import AttemptOutcome, AttemptPlan, Ending
@@ -39,7 +41,7 @@ from chat_shell.tools.turn_tools import TurnTools
 
 logger = logging.getLogger("chat_shell.runtime")
 
-STREAM_MODES = ["messages", "updates", "custom"]
+STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
 Hook = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -62,7 +64,7 @@ class AttemptRun:
     # The provider refused the request as over its context window.
     overflowed: bool = False
 
-    async def events(self, plan: AttemptPlan, turn: TurnContext) -> AsyncIterator[TurnEvent]:
+    async def events(self, plan: AttemptPlan, turn: TurnContext) -> AsyncGenerator[TurnEvent, None]:
         """The attempt's events; its outcome is left in `outcome`."""
         setup = self.setup
         # Decided again before each model call, on the view the guard sends; the MCP tools are
@@ -83,7 +85,7 @@ class AttemptRun:
         self.guards.append(guard)
         graph = setup.graphs(setup.guard.profile, answer_only=plan.answer_only)
         thread_id = turn.thread_id(plan.number)
-        config: dict[str, Any] = {
+        config: RunnableConfig = {
             "configurable": {"thread_id": thread_id},
             "recursion_limit": recursion_limit(setup.tool_call_limit),
         }
@@ -104,7 +106,8 @@ class AttemptRun:
         handle = self.graph_events.handle
         try:
             with running(watch.watch()):
-                stream = graph.astream(
+                # create_react_agent types its graph without the context_schema (context: None).
+                stream = graph.astream(  # type: ignore[call-overload]
                     {"messages": plan.seed},
                     config,
                     context=context,

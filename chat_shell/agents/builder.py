@@ -19,7 +19,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -127,10 +127,9 @@ def shaped_result(result: ToolMessage | Command) -> ToolMessage | Command:
     one text, so the user's block, the guard's count and the compact form all see the text
     itself, not its JSON; media parts become placeholder lines, and the images a model may be
     shown follow the text as image parts (`chat_shell.messages.tool_images`)."""
-    content = result.content if isinstance(result, ToolMessage) else None
-    if not isinstance(content, list) or not content:
+    if not isinstance(result, ToolMessage) or not isinstance(result.content, list) or not result.content:
         return result
-    shaped = tool_result_content(content)
+    shaped = tool_result_content(result.content)
     return result if shaped is None else result.model_copy(update={"content": shaped})
 
 
@@ -138,8 +137,10 @@ async def _announce_tool_call(
     request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command]]
 ) -> ToolMessage | Command:
     call = request.tool_call
+    # The graph's context (`context_schema`); `ToolCallRequest` does not carry its type.
+    context = cast(AttemptRuntime, request.runtime.context)
     # The tools bound to the model call that asked for this one.
-    offered = request.runtime.context.tools.current
+    offered = context.tools.current
     tool = offered.by_name.get(call["name"])
     if tool is None:
         # Registered but not offered in that call: answered like a tool that does not exist.
@@ -154,7 +155,7 @@ async def _announce_tool_call(
     # Through the graph's own stream, so the event stays in order with the model's tokens.
     write, call_id, server = request.runtime.stream_writer, call["id"] or "", server_of(tool)
     write(ToolStarted(call_id=call_id, name=call["name"], args=call["args"], server=server))
-    approvals = request.runtime.context.approvals
+    approvals = context.approvals
     if approvals.asks(tool):
         write(ApprovalRequested(call_id=call_id, name=call["name"], args=call["args"], server=server))
         allowed = await approvals.wait(call_id)
@@ -208,7 +209,8 @@ def build_agent(
         return create_react_agent(
             _offered_model(model, answer_only=True),
             [],
-            pre_model_hook=_pre_model_hook,
+            # langgraph's RunnableLike lists no (state, runtime) callable, though it passes the runtime.
+            pre_model_hook=_pre_model_hook,  # type: ignore[arg-type]
             checkpointer=checkpointer,
             context_schema=AttemptRuntime,
         )
@@ -216,8 +218,9 @@ def build_agent(
     return create_react_agent(
         _offered_model(model, answer_only=False),
         tool_node,
-        pre_model_hook=_pre_model_hook,
-        post_model_hook=_check_model_reply,
+        # langgraph's RunnableLike lists no (state, runtime) callable, though it passes the runtime.
+        pre_model_hook=_pre_model_hook,  # type: ignore[arg-type]
+        post_model_hook=_check_model_reply,  # type: ignore[arg-type]
         checkpointer=checkpointer,
         context_schema=AttemptRuntime,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from chat_shell.agents.attempt_run import AttemptRun
 from chat_shell.agents.attempts import (
@@ -72,7 +72,7 @@ class TurnExecution:
 
     # -- the turn --------------------------------------------------------------------------
 
-    async def events(self) -> AsyncIterator[TurnEvent]:
+    async def events(self) -> AsyncGenerator[TurnEvent, None]:
         """`turn.started` first, exactly one terminal event last; setting `cancel` ends the turn
         with `turn.cancelled`. A caller that stops iterating (`aclose`) stops the turn."""
         try:
@@ -109,6 +109,7 @@ class TurnExecution:
                 self._outcome = run.outcome
                 self._overflows += run.overflowed
                 plan = next_attempt(self._outcome, max_truncation_retries=self.setup.truncation_retries)
+            assert self._outcome is not None  # the first plan always runs, and every attempt ends with one
             outcome = refuse_repeated_overflow(
                 self._outcome, model=profile.name, available_tokens=self.setup.guard.budget.available_input
             )

@@ -4,9 +4,9 @@ happens, and one persistence line logged."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 
@@ -23,13 +23,14 @@ logger = logging.getLogger("chat_shell.runtime")
 async def close_thread(
     saver: BaseCheckpointSaver,
     graph: CompiledStateGraph,
-    config: dict[str, Any],
+    config: RunnableConfig,
     plan: AttemptPlan,
     turn: TurnContext,
     ending: str,
 ) -> tuple[list[BaseMessage], tuple[str, ...]]:
     """The attempt's authoritative state; the thread is deleted whatever happens."""
     thread_id = config["configurable"]["thread_id"]
+    pending: tuple[str, ...]
     messages, pending, checkpoints = plan.seed, (), -1
     try:
         snapshot = await graph.aget_state(config)

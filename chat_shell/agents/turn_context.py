@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, MessageLikeRepresentation
 from langgraph.graph.message import add_messages
 
 
@@ -21,7 +22,9 @@ class TurnContext:
     @classmethod
     def start(cls, turn_id: int, messages: Sequence[BaseMessage]) -> tuple[TurnContext, list[BaseMessage]]:
         """The context and the input with an id on every message (the reducer assigns missing ids)."""
-        with_ids = add_messages([], list(messages))
+        given: list[MessageLikeRepresentation] = list(messages)
+        # The reducer gives back BaseMessages for BaseMessages; it is typed for any message-like.
+        with_ids = cast("list[BaseMessage]", add_messages([], given))
         return cls(turn_id, frozenset(m.id for m in with_ids if m.id)), with_ids
 
     def thread_id(self, attempt: int) -> str:

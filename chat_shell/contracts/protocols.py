@@ -4,7 +4,7 @@ readers chat_shell calls back into its host."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Protocol
 
 from chat_shell.contracts.events import ContextCompactionEvent, TurnEvent
@@ -52,7 +52,9 @@ class TurnRuntime(Protocol):
     turn, which then ends with `turn.cancelled` carrying the partial output.
     """
 
-    def run(self, request: TurnRequest, cancel: asyncio.Event | None = None) -> AsyncIterator[TurnEvent]: ...
+    def run(
+        self, request: TurnRequest, cancel: asyncio.Event | None = None
+    ) -> AsyncGenerator[TurnEvent, None]: ...
 
     async def mcp_servers(self) -> list[McpServerInfo]:
         """The configured MCP servers, their state and their tools."""

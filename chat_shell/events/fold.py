@@ -65,14 +65,14 @@ class VisibleTurn:
                 self._tools[event.call_id] = block
                 self._blocks.append(block)
             case ToolCompleted():
-                block = self._tools.get(event.call_id)
-                if block is None:  # a result whose start was not seen: shown as a block of its own
+                tool = self._tools.get(event.call_id)
+                if tool is None:  # a result whose start was not seen: shown as a block of its own
                     self._close_text()
-                    block = self._tools[event.call_id] = ToolBlock(call_id=event.call_id, name=event.name)
-                    self._blocks.append(block)
-                block.output = event.output
-                block.status = "error" if event.is_error else "completed"
-                block.truncated_for_model = event.truncated_for_model
+                    tool = self._tools[event.call_id] = ToolBlock(call_id=event.call_id, name=event.name)
+                    self._blocks.append(tool)
+                tool.output = event.output
+                tool.status = "error" if event.is_error else "completed"
+                tool.truncated_for_model = event.truncated_for_model
             case ApprovalRequested():
                 if (asked := self._tools.get(event.call_id)) is not None:
                     asked.approval = "pending"
@@ -111,9 +111,10 @@ class VisibleTurn:
     def _add_text(self, text: str) -> None:
         if not text:
             return
-        if not self._pieces and self._blocks and isinstance(self._blocks[-1], TextBlock):
+        if not self._pieces and self._blocks and isinstance(last := self._blocks[-1], TextBlock):
             # More text after the open block was read: extend it rather than start another.
-            self._pieces.append(self._blocks.pop().text)
+            self._blocks.pop()
+            self._pieces.append(last.text)
         self._pieces.append(text)
         self._has_text = True
 

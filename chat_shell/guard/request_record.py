@@ -9,7 +9,7 @@ counted; the tool set counts its schemas once per encoding, across turns.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
@@ -22,7 +22,12 @@ from chat_shell.messages.tool_images import part_placeholder
 from chat_shell.tools.mcp import server_of
 from chat_shell.tools.registry import ToolSet
 
-_ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
+_ROLES: dict[str, Literal["system", "user", "assistant", "tool"]] = {
+    "system": "system",
+    "human": "user",
+    "ai": "assistant",
+    "tool": "tool",
+}
 
 
 def _text(message: BaseMessage) -> str:
@@ -106,7 +111,7 @@ def describe_request(
         preview_chars = raw.get("attachment_preview_chars") if raw.get("attachment_preview") else None
         entries.append(
             RequestEntry(
-                role=_ROLES.get(message.type, "user"),  # type: ignore[arg-type]
+                role=_ROLES.get(message.type, "user"),
                 source=_source(message, raw, index == current),
                 tokens=tokens,
                 name=message.name if isinstance(message, ToolMessage | AIMessage) else None,

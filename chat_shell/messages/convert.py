@@ -66,9 +66,14 @@ def _metadata_kwargs(metadata: ChainMetadata) -> dict[str, Any]:
 
 def to_langchain(entry: ChainMessage) -> BaseMessage:
     kwargs = _metadata_kwargs(entry.metadata)
+    # langchain's content type (its lists may also hold bare strings); the list is copied anyway
+    # when the message validates it.
+    content: str | list[str | dict[str, Any]] = (
+        entry.content if isinstance(entry.content, str) else [*entry.content]
+    )
     if entry.role == "assistant":
         return AIMessage(
-            content=entry.content,
+            content=content,
             id=entry.id,
             tool_calls=[
                 {"id": call.id, "name": call.name, "args": call.args, "type": "tool_call"}
@@ -80,14 +85,14 @@ def to_langchain(entry: ChainMessage) -> BaseMessage:
         if entry.tool_call_id is None:
             raise ValueError(f"tool message {entry.id!r} has no tool_call_id")
         return ToolMessage(
-            content=entry.content,
+            content=content,
             id=entry.id,
             tool_call_id=entry.tool_call_id,
             name=entry.name,
             additional_kwargs=kwargs,
         )
     message_type = SystemMessage if entry.role == "system" else HumanMessage
-    return message_type(content=entry.content, id=entry.id, name=entry.name, additional_kwargs=kwargs)
+    return message_type(content=content, id=entry.id, name=entry.name, additional_kwargs=kwargs)
 
 
 def to_chain(message: BaseMessage) -> ChainMessage:

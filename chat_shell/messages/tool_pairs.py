@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 
-def _is_empty(content: str | list[object]) -> bool:
+def _is_empty(content: str | Sequence[object]) -> bool:
     if isinstance(content, str):
         return not content.strip()
     return not content

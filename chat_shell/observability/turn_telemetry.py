@@ -10,7 +10,7 @@ the per-call spans nest under it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from time import time_ns
 from typing import Any
 
@@ -49,7 +49,7 @@ class TurnTelemetry:
         self._tools: dict[str, Span] = {}
         self._compactions = 0
 
-    async def observe_turn(self, events: AsyncGenerator[TurnEvent, None]) -> AsyncIterator[TurnEvent]:
+    async def observe_turn(self, events: AsyncGenerator[TurnEvent, None]) -> AsyncGenerator[TurnEvent, None]:
         """`events`, each observed on its way to the caller. The turn's span starts with the
         first step and ends with the turn, whatever way it ends; it is current (and the turn's
         scope set for `model_call`) while the turn runs, that is inside each step of `events`,

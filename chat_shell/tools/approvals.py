@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 
 from langchain_core.tools import BaseTool
 
@@ -60,8 +60,8 @@ class ApprovalDesk:
         self._turns: dict[int, TurnApprovals] = {}
 
     async def serving(
-        self, turn_id: int, approvals: TurnApprovals, events: AsyncIterator[TurnEvent]
-    ) -> AsyncIterator[TurnEvent]:
+        self, turn_id: int, approvals: TurnApprovals, events: AsyncGenerator[TurnEvent, None]
+    ) -> AsyncGenerator[TurnEvent, None]:
         """The turn's `events`; its waits can be decided while they run."""
         self._turns[turn_id] = approvals
         try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.tools import ToolException
 from langgraph.prebuilt import ToolRuntime
@@ -33,6 +33,10 @@ from chat_shell.tools.pages import (
     looked_up,
     page_within,
 )
+
+if TYPE_CHECKING:  # the agent builds on the tools, not the other way round
+    from chat_shell.agents.builder import AttemptRuntime
+
 
 TOOL_NAME = "read_attachment"
 DESCRIPTION = (
@@ -140,8 +144,10 @@ async def read_attachment(
 
 
 async def _run_in_turn(attachment_id: int, runtime: ToolRuntime, offset: int = 0, limit: int = 0) -> str:
-    # `runtime.context` is the attempt's `AttemptRuntime`; its `turn_tools` hold this turn's session.
-    return await read_attachment(runtime.context.turn_tools.read_attachment, attachment_id, offset, limit)
+    # `runtime.context` is the attempt's `AttemptRuntime` (an untyped `ToolRuntime` here: its
+    # annotation is read when the tool is made); its `turn_tools` hold this turn's session.
+    context = cast("AttemptRuntime", runtime.context)
+    return await read_attachment(context.turn_tools.read_attachment, attachment_id, offset, limit)
 
 
 read_attachment_tool = built_in_tool(

@@ -6,6 +6,7 @@ import base64
 import binascii
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import case, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -163,11 +164,11 @@ async def shown(db: AsyncSession, conversation: Conversation) -> ConversationOut
     return ConversationOut.of(conversation, running.get(conversation.id))
 
 
-def update(conversation: Conversation, changes: dict[str, str | bool | None], catalog: ModelCatalog) -> None:
-    """Applies the fields a client sent (a title of None is no change; a model of None
-    clears it, so the default model answers; another must be configured; blank instructions
-    clear them; `pinned` and `archived` set or clear their mark, and an archived one is
-    never pinned). None of them is activity:
+def update(conversation: Conversation, changes: dict[str, Any], catalog: ModelCatalog) -> None:
+    """Applies the fields a client sent, as the route's body model validated them (a title of
+    None is no change; a model of None clears it, so the default model answers; another must
+    be configured; blank instructions clear them; `pinned` and `archived` set or clear their
+    mark, and an archived one is never pinned). None of them is activity:
     `updated_at`, and so the conversation's place in the list, stays."""
     if changes.get("model_profile") is not None:
         catalog.resolve(changes["model_profile"])

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import BigInteger, Select, case, cast, func, literal_column, select
+from sqlalchemy import BigInteger, ColumnClause, Select, case, cast, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.models import CompactionEvent, CompactionHour, McpToolHour, Turn, TurnHour, TurnStatus
@@ -213,7 +213,7 @@ async def _strategies(db: AsyncSession, window: Window) -> tuple[list[StrategyTo
     ]
     # A literal status and a condition on the indexed column: both databases then answer from
     # the partial index of running turns instead of scanning every turn.
-    running_status = literal_column(f"'{TurnStatus.RUNNING.value}'")
+    running_status: ColumnClause[str] = literal_column(f"'{TurnStatus.RUNNING.value}'")
     running = await db.scalar(
         select(func.count()).select_from(Turn).where(Turn.status == running_status, Turn.conversation_id > 0)
     )

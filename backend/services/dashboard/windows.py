@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, Literal
 
-from sqlalchemy import Float, Integer, cast, func
+from sqlalchemy import Float, Integer, cast, func, type_coerce
 from sqlalchemy.sql import ColumnElement
 
 from backend.models.base import utcnow
@@ -78,10 +79,11 @@ def _epoch(column: Any, dialect: str) -> ColumnElement[float]:
     if dialect == "sqlite":
         # Stored as UTC text; julianday reads it (and uses no index, so filters stay on the column).
         return (func.julianday(column) - 2440587.5) * 86400.0
-    return func.extract("epoch", column)
+    # Fractional seconds on PostgreSQL; type_coerce only tells SQLAlchemy so (the SQL is unchanged).
+    return type_coerce(func.extract("epoch", column), Float)
 
 
-def ratio(used: Any, available: Any) -> ColumnElement[float]:
+def ratio(used: Any, available: Any) -> ColumnElement[float | Decimal]:
     """used / available in SQL, NULL where nothing is available."""
     return cast(used, Float) / func.nullif(available, 0)
 

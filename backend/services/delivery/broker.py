@@ -24,6 +24,7 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -224,7 +225,10 @@ class RedisBroker(LocalBroker):
         key, last_id = self.stream_key(turn_id), "$"
         try:
             while True:
-                found = await self._redis.xread({key: last_id}, block=1000, count=500)
+                # RESP2, this client's protocol: [[stream, [(entry id, fields), ...]], ...].
+                found = cast(
+                    "list[list[Any]]", await self._redis.xread({key: last_id}, block=1000, count=500)
+                )
                 for _, entries in found:
                     batch = []
                     for entry_id, fields in entries:

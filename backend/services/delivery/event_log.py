@@ -22,9 +22,9 @@ import logging
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import Table, func, insert, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -42,7 +42,7 @@ FRAME_BURST = 3
 # A batch that finds SQLite locked past its busy timeout is written again this many times.
 LOCKED_ATTEMPTS = 5
 LOCKED_BACKOFF_SECONDS = 0.5
-_INSERT = insert(TurnEvent.__table__)
+_INSERT = insert(cast(Table, TurnEvent.__table__))  # a declarative class's table; typed as FromClause
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import insert
+from sqlalchemy import Table, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from backend.db import write_gate
@@ -45,7 +45,7 @@ class FrameStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         dialect = engine.dialect
-        table = TurnEvent.__table__
+        table = cast(Table, TurnEvent.__table__)  # a declarative class's table; typed as FromClause
         # `inline`: nothing is read back (no RETURNING of the new id).
         compiled = insert(table).inline().compile(dialect=dialect, column_keys=list(_COLUMNS))
         assert tuple(compiled.positiontup or ()) == _COLUMNS, compiled.positiontup

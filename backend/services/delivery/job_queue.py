@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Protocol
+from typing import Protocol, cast
 
 import psycopg
 from procrastinate import App, PsycopgConnector, RetryStrategy
@@ -286,8 +286,9 @@ class QueueWorker:
             try:
                 if job.task_name == RUN_TURN and job.attempts + 1 >= MAX_TURN_ATTEMPTS:
                     await manager.finish_job_by_id_async(job.id, Status.FAILED, delete_job=False)
+                    turn_id = cast(int, job.task_kwargs["turn_id"])  # a RUN_TURN job's kwargs are JSON
                     await liveness.end_running(
-                        self._sessions, self._broker, turn_endings.WORKER_LOST, [job.task_kwargs["turn_id"]]
+                        self._sessions, self._broker, turn_endings.WORKER_LOST, [turn_id]
                     )
                 else:
                     await manager.retry_job(job)

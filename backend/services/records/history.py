@@ -139,7 +139,7 @@ async def _attachment_ids(db: AsyncSession, rows: Sequence[Message]) -> dict[int
     files_pks = {row.files_pk for row in rows if row.role == Role.USER}
     if not files_pks:
         return {}
-    grouped: dict[int, list[int]] = {}
+    grouped: dict[int | None, list[int]] = {}
     found = await db.execute(
         select(Attachment.message_pk, Attachment.id)
         .where(Attachment.message_pk.in_(files_pks))

@@ -40,13 +40,19 @@ class GuardSource(Protocol):
     messages, then calls `render` once for every new message the source `applies_to` (normal
     policy), and again, largest messages first, in the emergency stage."""
 
-    # The trace operation: `context_protection.<name>` (SPEC 5.8).
-    name: str
-    # True when the normal render adds content the message does not hold (attachment previews)
-    # rather than cutting it: such a source records its own trace event, when it cut something,
-    # since the message's token growth says nothing about that. Emergency renders only cut, and
-    # the guard traces them for every source.
-    adds_content: bool
+    # Read-only members, so a frozen dataclass or a class attribute provides them.
+    @property
+    def name(self) -> str:
+        """The trace operation: `context_protection.<name>` (SPEC 5.8)."""
+        ...
+
+    @property
+    def adds_content(self) -> bool:
+        """True when the normal render adds content the message does not hold (attachment
+        previews) rather than cutting it: such a source records its own trace event, when it cut
+        something, since the message's token growth says nothing about that. Emergency renders
+        only cut, and the guard traces them for every source."""
+        ...
 
     def applies_to(self, message: BaseMessage) -> bool: ...
 

@@ -51,6 +51,7 @@ def preview_parts(message: BaseMessage) -> Shown | None:
     pictures = found.attachment_preview_images or 0
     if size == 0 and not pictures:  # not even a list of the attachments fit the budget
         return Shown("", (), content)
+    rest: Content
     if isinstance(content, str):
         if pictures:
             return None

@@ -167,7 +167,7 @@ class SummaryCompactor:
                 record.status,
                 removed_history_items=record.removed_items,
                 forced=request.forced,
-                **record.model_dump(include=_TRACED_FIELDS),
+                **record.model_dump(include=set(_TRACED_FIELDS)),
             )
         logger.info(
             "[SummaryCompact] strategy=%s conversation=%s message=%s status=%s before=%s after=%s "
@@ -283,7 +283,11 @@ class SummaryCompactor:
     ) -> str:
         cap = request.budget.summary_max_tokens
         opening = f"<previous_summary>\n{previous}\n</previous_summary>\n\n" if previous else ""
-        wrapped = [text_part(f"{opening}<transcript>"), *chunk.parts, _closing_part(language)]
+        wrapped: list[str | dict[str, Any]] = [
+            text_part(f"{opening}<transcript>"),
+            *chunk.parts,
+            _closing_part(language),
+        ]
         # Built from known-valid parts: no validation pass over every part of a large request.
         transcript = HumanMessage.model_construct(
             content=wrapped, additional_kwargs={}, response_metadata={}, type="human", name=None, id=None
