@@ -32,8 +32,12 @@ T = TypeVar("T")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """With pytest-xdist (`scripts/test.sh` runs two workers, `--dist loadgroup`), the tests of
     one heavy shared resource run on one worker: the browser stack with its Chromium, and the
-    local model's server (two of them would share the cores the model needs)."""
+    local model's server (two of them would share the cores the model needs). Tests marked
+    `deep` run only with CHAT_SHELL_DEEP=1; the default suite keeps a smaller sample of each."""
+    skip_deep = pytest.mark.skip(reason="deep mode only: CHAT_SHELL_DEEP=1 (make test-deep)")
     for item in items:
+        if not DEEP and item.get_closest_marker("deep") is not None:
+            item.add_marker(skip_deep)
         for marker in ("browser", "local_model"):
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(pytest.mark.xdist_group(marker))

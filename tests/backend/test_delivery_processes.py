@@ -220,6 +220,7 @@ def test_several_workers_refuse_sqlite_with_the_fix(sqlite_url: str, tmp_path: P
     assert "CHAT_SHELL_DATABASE_URL=postgresql" in done.stderr
 
 
+@pytest.mark.deep
 async def test_several_workers_on_postgres_and_redis_share_turns_and_stops(
     postgres_url: str,
     tmp_path: Path,

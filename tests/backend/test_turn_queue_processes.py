@@ -183,6 +183,7 @@ async def test_a_worker_killed_mid_reply_restarts_on_another_and_replaces_the_pa
         await client.aclose()
 
 
+@pytest.mark.deep
 async def test_a_turn_whose_worker_dies_on_both_attempts_ends_failed(
     fleet: Fleet, scripted_provider: ScriptedProvider
 ) -> None:
@@ -235,6 +236,7 @@ async def test_sigterm_on_a_worker_finishes_its_turn_before_it_exits(
         await client.aclose()
 
 
+@pytest.mark.deep
 async def test_sigterm_on_a_worker_hands_a_turn_still_running_at_the_drain_timeout_back(
     fleet: Fleet, scripted_provider: ScriptedProvider
 ) -> None:
@@ -256,6 +258,7 @@ async def test_sigterm_on_a_worker_hands_a_turn_still_running_at_the_drain_timeo
         await client.aclose()
 
 
+@pytest.mark.deep
 async def test_sigterm_on_a_web_process_tells_its_streams_to_reconnect(
     fleet: Fleet, scripted_provider: ScriptedProvider
 ) -> None:
@@ -294,6 +297,7 @@ async def test_sigterm_on_a_web_process_tells_its_streams_to_reconnect(
         await on_b.aclose()
 
 
+@pytest.mark.deep
 async def test_a_worker_lost_while_redis_is_down_still_restarts_and_delivers(
     fleet: Fleet, scripted_provider: ScriptedProvider, private_redis: PrivateRedis
 ) -> None:
@@ -316,6 +320,7 @@ async def test_a_worker_lost_while_redis_is_down_still_restarts_and_delivers(
         await client.aclose()
 
 
+@pytest.mark.deep
 async def test_a_worker_whose_database_connections_are_killed_mid_turn_leaves_nothing_running(
     fleet: Fleet, scripted_provider: ScriptedProvider, postgres_url: str
 ) -> None:
@@ -344,6 +349,7 @@ async def test_a_worker_whose_database_connections_are_killed_mid_turn_leaves_no
         await client.aclose()
 
 
+@pytest.mark.deep
 async def test_two_workers_run_each_queued_turn_exactly_once(
     fleet: Fleet, scripted_provider: ScriptedProvider
 ) -> None:
@@ -391,6 +397,7 @@ async def test_a_stop_sent_to_any_web_process_stops_the_turn_running_or_waiting(
         await on_b.aclose()
 
 
+@pytest.mark.deep
 async def test_past_its_capacity_the_service_refuses_new_turns_with_503(
     fleet: Fleet, scripted_provider: ScriptedProvider
 ) -> None:
