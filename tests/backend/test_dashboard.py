@@ -4,6 +4,7 @@ and PostgreSQL, and who may see them."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -12,15 +13,18 @@ import pytest
 from alembic import command
 from sqlalchemy import select
 
+from backend.app import create_app
 from backend.db import alembic_config, create_engine, session_factory, transaction
 from backend.models import Conversation, TurnStatus, User
 from backend.models.base import utcnow
 from backend.services.dashboard import aggregates, rollups
 from backend.services.dashboard.windows import Window
 from backend.services.delivery import turn_endings, turns
+from backend.settings import Settings
 from chat_shell.contracts import ContextMetrics, TurnResult
 from tests.support.api import new_operator, new_user
 from tests.support.dashboard import StoredCompaction, StoredTurn, snapshot, store_metrics
+from tests.support.servers import serve
 
 
 async def _seed(database_url: str, owner: str) -> dict[str, int]:
@@ -330,8 +334,11 @@ async def test_turns_count_in_the_rollups_when_they_start_and_finish(
 
 
 async def test_the_migration_fills_the_rollups_from_stored_rows(
-    alice: httpx.AsyncClient, database_url: str
+    database_url: str, make_settings: Callable[..., Settings]
 ) -> None:
+    # The downgrade drops the queue's tables: no app (and no worker of one) may run during it.
+    async with serve(create_app(make_settings(database_url, worker_in_process=False))) as base_url:
+        await (await new_user(base_url, "alice")).aclose()
     await _store(database_url, _spread_turns())
     kept = await _summaries(database_url, "7d", "30d")
 
