@@ -18,21 +18,12 @@ import httpx
 from httpx_sse import SSEError, aconnect_sse
 from pydantic import TypeAdapter, ValidationError
 
-from chat_shell.contracts import (
-    TERMINAL_EVENT_TYPES,
-    McpServerInfo,
-    TitleRequest,
-    TurnEvent,
-    TurnFailed,
-    TurnRequest,
-    TurnResult,
-    TurnStarted,
-)
+from chat_shell import contracts
 from chat_shell.events.fold import VisibleTurn
 
 logger = logging.getLogger("chat_shell.service_client")
-_EVENTS: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
-_SERVERS: TypeAdapter[list[McpServerInfo]] = TypeAdapter(list[McpServerInfo])
+_EVENTS: TypeAdapter[contracts.TurnEvent] = TypeAdapter(contracts.TurnEvent)
+_SERVERS: TypeAdapter[list[contracts.McpServerInfo]] = TypeAdapter(list[contracts.McpServerInfo])
 
 
 class ServiceUnavailable(Exception):
@@ -61,7 +52,7 @@ class RemoteChatShell:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def mcp_servers(self) -> list[McpServerInfo]:
+    async def mcp_servers(self) -> list[contracts.McpServerInfo]:
         try:
             response = await self._client.get("/v1/mcp/servers")
             response.raise_for_status()
@@ -78,7 +69,7 @@ class RemoteChatShell:
             raise ServiceUnavailable(f"the decision did not reach the chat_shell service: {exc}") from exc
         return response.status_code == 200
 
-    async def write_title(self, request: TitleRequest) -> str | None:
+    async def write_title(self, request: contracts.TitleRequest) -> str | None:
         try:
             response = await self._client.post("/v1/titles", json=request.model_dump(mode="json"))
             response.raise_for_status()
@@ -89,35 +80,37 @@ class RemoteChatShell:
         return title if isinstance(title, str) else None
 
     async def run(
-        self, request: TurnRequest, cancel: asyncio.Event | None = None
-    ) -> AsyncGenerator[TurnEvent, None]:
+        self, request: contracts.TurnRequest, cancel: asyncio.Event | None = None
+    ) -> AsyncGenerator[contracts.TurnEvent, None]:
         seen = VisibleTurn()
         started = False
         try:
             async with contextlib.aclosing(self._stream(request, cancel)) as events:
                 async for event in events:
-                    started = started or isinstance(event, TurnStarted)
+                    started = started or isinstance(event, contracts.TurnStarted)
                     seen.add(event)
                     yield event
-                    if event.type in TERMINAL_EVENT_TYPES:
+                    if event.type in contracts.TERMINAL_EVENT_TYPES:
                         return
             problem = "the chat_shell service closed the stream before the turn ended"
         except (httpx.HTTPError, SSEError, ValidationError, ServiceUnavailable) as exc:
             logger.warning("chat_shell service failure for turn %s: %r", request.turn_id, exc)
             problem = f"the chat_shell service is unavailable ({type(exc).__name__})"
         if not started:
-            yield TurnStarted(model=request.model or "", profile="")
+            yield contracts.TurnStarted(model=request.model or "", profile="")
         seen.end()
-        yield TurnFailed(
+        yield contracts.TurnFailed(
             code="runtime_unavailable",
             message=problem,
             partial=seen.text,
-            result=TurnResult(value=seen.text, blocks=seen.blocks, termination_reason="internal_error"),
+            result=contracts.TurnResult(
+                value=seen.text, blocks=seen.blocks, termination_reason="internal_error"
+            ),
         )
 
     async def _stream(
-        self, request: TurnRequest, cancel: asyncio.Event | None
-    ) -> AsyncGenerator[TurnEvent, None]:
+        self, request: contracts.TurnRequest, cancel: asyncio.Event | None
+    ) -> AsyncGenerator[contracts.TurnEvent, None]:
         body = request.model_dump(mode="json")
         canceller: asyncio.Task[None] | None = None
         try:

@@ -10,7 +10,7 @@ tokenizes nothing it has seen. Every figure works from the view's totals: O(new 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
@@ -52,41 +52,39 @@ def _answers(messages: Sequence[BaseMessage], request: _Request) -> bool:
     )
 
 
+@dataclass(eq=False)
 class Accountant:
-    def __init__(
-        self, profile_name: str, budget: Budget, counter: TokenCounter, view: ContextView, schema_tokens: int
-    ) -> None:
-        self._profile = profile_name
-        self._budget = budget
-        self._counter = counter
-        self._view = view
-        self._schema_tokens = schema_tokens
-        self._guidance_tokens = 0
-        self._requests: list[_Request] = []
-        self._marker_samples: list[tuple[str | None, Sample]] = []
-        self._live_samples: list[tuple[str | None, Sample]] = []
-        self._fit: Fit | None = None
-        self._fit_key = (0, 0)
+    profile_name: str
+    budget: Budget
+    counter: TokenCounter
+    view: ContextView
+    schema_tokens: int
+    _guidance_tokens: int = field(default=0, init=False)
+    _requests: list[_Request] = field(default_factory=list, init=False)
+    _marker_samples: list[tuple[str | None, Sample]] = field(default_factory=list, init=False)
+    _live_samples: list[tuple[str | None, Sample]] = field(default_factory=list, init=False)
+    _fit: Fit | None = field(default=None, init=False)
+    _fit_key: tuple[int, int] = field(default=(0, 0), init=False)
 
     def set_fixed(self, schema_tokens: int, guidance_tokens: int) -> None:
         """What the request carries besides the view's messages now: the tool schemas offered
         with the view, and the attempt guidance appended to this call's input (0 when none)."""
-        self._schema_tokens = schema_tokens
+        self.schema_tokens = schema_tokens
         self._guidance_tokens = guidance_tokens
 
     @property
     def fixed_tokens(self) -> int:
         """Tool schemas, attempt guidance and reply priming: part of the request, not of any
         message of the view."""
-        return self._schema_tokens + self._guidance_tokens + REPLY_PRIMING
+        return self.schema_tokens + self._guidance_tokens + REPLY_PRIMING
 
     def sync(self, messages: Sequence[BaseMessage]) -> None:
         """Bring the view up to `messages` and take the samples the new ones carry."""
-        self._observe(self._view.sync(messages))
+        self._observe(self.view.sync(messages))
 
     def estimate(self) -> Estimate:
         """The effective estimate of the request the view would send now."""
-        view = self._view
+        view = self.view
         reported = None
         for request in reversed(self._requests):
             if request.provider is None:
@@ -96,19 +94,19 @@ class Accountant:
             break
         local = view.message_tokens + self.fixed_tokens
         return estimate(
-            local, overhead_tokens=self._budget.overhead_tokens, fit=self._calibration(), reported=reported
+            local, overhead_tokens=self.budget.overhead_tokens, fit=self._calibration(), reported=reported
         )
 
     def record_request(self, current: Estimate) -> None:
         """The view is sent as it is now: remember the request, to match the provider's answer."""
-        view = self._view
+        view = self.view
         last_id = view.state[-1].id if len(view) else None
         self._requests.append(_Request(len(view), last_id, view.mark(), view.message_tokens, current.local))
 
     def local_parts(self) -> dict[str, int]:
         """Local tokens of the request by breakdown source, the fixed ones included."""
-        parts = self._view.local_parts()
-        parts["tool_schemas"] = parts.get("tool_schemas", 0) + self._schema_tokens
+        parts = self.view.local_parts()
+        parts["tool_schemas"] = parts.get("tool_schemas", 0) + self.schema_tokens
         parts["system"] = parts.get("system", 0) + REPLY_PRIMING + self._guidance_tokens
         return parts
 
@@ -117,7 +115,7 @@ class Accountant:
         a calibration sample (local tokens of the request as sent, provider input tokens,
         profile) on each AIMessage that answered a request this guard shaped."""
         messages = list(messages)
-        view = self._view
+        view = self.view
         self.sync(messages)
         responses = {r.length: r for r in self._requests if _answers(messages, r)}
         annotated: list[BaseMessage] = []
@@ -127,14 +125,14 @@ class Accountant:
                 if view.state[index] is view.shown[index]:
                     count = MessageCount(view.tokens[index], view.hashes[index])
                 else:
-                    count = self._counter.count_message(message)
-                fields["token_count"] = self._counter.marker(count)
+                    count = self.counter.count_message(message)
+                fields["token_count"] = self.counter.marker(count)
             request = responses.get(index)
             already = (message.additional_kwargs.get(MARKER_KEY) or {}).get("local_input_tokens")
             if request is not None and isinstance(message, AIMessage) and already is None:
                 fields["local_input_tokens"] = request.local
                 fields["provider_input_tokens"] = _provider_input(message)
-                fields["profile"] = self._profile
+                fields["profile"] = self.profile_name
             if fields:
                 message = with_markers(message, **fields)
                 view.adopt(index, message)
@@ -146,7 +144,7 @@ class Accountant:
     def _observe(self, first_new: int) -> None:
         """Calibration samples from the new messages: persisted ones on earlier turns' replies,
         and the provider's answer to this guard's latest request."""
-        view = self._view
+        view = self.view
         if first_new == 0:
             self._marker_samples.clear()
             self._fit = None
@@ -155,7 +153,11 @@ class Accountant:
                 continue
             raw = message.additional_kwargs.get(MARKER_KEY) or {}
             local, provider = raw.get("local_input_tokens"), raw.get("provider_input_tokens")
-            if isinstance(local, int) and isinstance(provider, int) and raw.get("profile") == self._profile:
+            if (
+                isinstance(local, int)
+                and isinstance(provider, int)
+                and raw.get("profile") == self.profile_name
+            ):
                 self._marker_samples.append((message.id, Sample(local, provider)))
         if self._requests:
             request = self._requests[-1]
@@ -174,6 +176,6 @@ class Accountant:
             live_ids = {message_id for message_id, _ in self._live_samples}
             samples = [s for message_id, s in self._marker_samples if message_id not in live_ids]
             samples += [s for _, s in self._live_samples]
-            self._fit = fit(samples, self._budget.overhead_tokens)
+            self._fit = fit(samples, self.budget.overhead_tokens)
             self._fit_key = key
         return self._fit

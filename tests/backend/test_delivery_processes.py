@@ -12,24 +12,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.api import new_user
-from tests.support.processes import ROOT, BackendProcess, backend_env
+from tests.support.api import new_user, wait_status
+from tests.support.processes import ROOT, BackendProcess, backend_env, shared_env
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import PrivateRedis, free_port
 from tests.support.sse import Received, read_stream
 
 LONG = " ".join(f"token{n}" for n in range(400))
 FALLBACK_POLL_SECONDS = 30
-
-
-async def _wait_status(client: httpx.AsyncClient, cid: int, wanted: set[str], within: float = 30) -> dict:
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        last = (await client.get(f"/api/conversations/{cid}/messages")).json()["items"][-1]
-        if last["status"] in wanted:
-            return last
-        assert asyncio.get_running_loop().time() < deadline, f"still {last['status']}"
-        await asyncio.sleep(0.1)
 
 
 async def test_a_crash_mid_turn_leaves_an_interrupted_message_with_its_partial_text(
@@ -80,16 +70,12 @@ OnBoth = tuple[httpx.AsyncClient, httpx.AsyncClient]
 async def replicas(
     postgres_url: str, tmp_path: Path, scripted_provider: ScriptedProvider, private_redis: PrivateRedis
 ) -> AsyncIterator[tuple[BackendProcess, BackendProcess]]:
-    from tests.conftest import _off_loop
-    from tests.support import databases
-
-    _off_loop(lambda: databases.truncate_all(postgres_url))
     # The streams' fallback re-read of the log is made long: what arrives sooner came through Redis.
-    env = backend_env(
+    env = shared_env(
         postgres_url,
         tmp_path / "data",
         scripted_provider.base_url,
-        CHAT_SHELL_REDIS_URL=private_redis.url,
+        private_redis.url,
         CHAT_SHELL_STREAM_LOG_POLL_SECONDS=str(FALLBACK_POLL_SECONDS),
     )
     a = BackendProcess(env, tmp_path / "a.log")
@@ -132,7 +118,7 @@ async def test_a_client_on_another_replica_follows_resumes_and_stops_the_turn(
     tail = await read_stream(on_b, cid, last_event_id=head.events[-1].id)
     events = head.events + tail.events
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    stored = await _wait_status(on_b, cid, {"completed"})
+    stored = await wait_status(on_b, cid, {"completed"})
     assert head.text + tail.text == stored["result"]["value"] == LONG
 
     # A stop sent to replica B reaches the turn running on replica A.
@@ -140,7 +126,7 @@ async def test_a_client_on_another_replica_follows_resumes_and_stops_the_turn(
     await on_a.post(f"/api/conversations/{cid}/messages", json={"content": "once more"})
     await read_stream(on_b, cid, stop_after=5)
     assert (await on_b.post(f"/api/conversations/{cid}/stop")).status_code == 202
-    cancelled = await _wait_status(on_a, cid, {"cancelled"}, within=15)
+    cancelled = await wait_status(on_a, cid, {"cancelled"}, within=15)
     assert 0 < len(cancelled["result"]["value"]) < len(LONG)
 
 
@@ -153,7 +139,7 @@ async def test_losing_redis_mid_turn_loses_nothing(
     await asyncio.sleep(0.5)
     private_redis.kill()  # Redis goes away mid-turn
     read = await asyncio.wait_for(reading, 60)
-    stored = await _wait_status(on_a, cid, {"completed"})
+    stored = await wait_status(on_a, cid, {"completed"})
     assert read.text == stored["result"]["value"] == LONG
     assert [e.seq for e in read.events] == list(range(1, len(read.events) + 1))
 
@@ -198,7 +184,7 @@ async def test_a_stop_sent_to_another_replica_without_redis_stops_the_turn(
     await read_stream(on_a, cid, stop_after=5)
     asked = asyncio.get_running_loop().time()
     assert (await on_b.post(f"/api/conversations/{cid}/stop")).status_code == 202
-    cancelled = await _wait_status(on_a, cid, {"cancelled"}, within=15)
+    cancelled = await wait_status(on_a, cid, {"cancelled"}, within=15)
     assert asyncio.get_running_loop().time() - asked < 5
     assert 0 < len(cancelled["result"]["value"]) < len(LONG)
 
@@ -227,13 +213,7 @@ async def test_several_workers_on_postgres_and_redis_share_turns_and_stops(
     scripted_provider: ScriptedProvider,
     private_redis: PrivateRedis,
 ) -> None:
-    from tests.conftest import _off_loop
-    from tests.support import databases
-
-    _off_loop(lambda: databases.truncate_all(postgres_url))
-    env = backend_env(
-        postgres_url, tmp_path / "data", scripted_provider.base_url, CHAT_SHELL_REDIS_URL=private_redis.url
-    )
+    env = shared_env(postgres_url, tmp_path / "data", scripted_provider.base_url, private_redis.url)
     server = await asyncio.to_thread(BackendProcess(env, tmp_path / "workers.log", "--workers", "2").start)
     client = await new_user(server.base_url, "crowd")
     try:
@@ -241,7 +221,7 @@ async def test_several_workers_on_postgres_and_redis_share_turns_and_stops(
         head = await read_stream(client, cid, stop_after=5)
         assert [e.seq for e in head.events] == [1, 2, 3, 4, 5]
         assert (await client.post(f"/api/conversations/{cid}/stop")).status_code == 202
-        cancelled = await _wait_status(client, cid, {"cancelled"}, within=15)
+        cancelled = await wait_status(client, cid, {"cancelled"}, within=15)
         assert cancelled["result"]["value"].startswith(head.text)
     finally:
         await client.aclose()

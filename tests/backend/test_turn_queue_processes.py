@@ -14,9 +14,9 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.support.api import new_user
+from tests.support.api import new_user, wait_status
 from tests.support.mcp_servers import stdio_server
-from tests.support.processes import BackendProcess, WorkerProcess, backend_env
+from tests.support.processes import BackendProcess, WorkerProcess, shared_env
 from tests.support.scripted_provider import ScriptedProvider, text, tool_call
 from tests.support.servers import PrivateRedis
 from tests.support.sse import StreamRead, read_stream
@@ -71,15 +71,11 @@ class Fleet:
 async def fleet(
     postgres_url: str, tmp_path: Path, scripted_provider: ScriptedProvider, private_redis: PrivateRedis
 ) -> AsyncIterator[Fleet]:
-    from tests.conftest import _off_loop
-    from tests.support import databases
-
-    _off_loop(lambda: databases.truncate_all(postgres_url))
-    env = backend_env(
+    env = shared_env(
         postgres_url,
         tmp_path / "data",
         scripted_provider.base_url,
-        CHAT_SHELL_REDIS_URL=private_redis.url,
+        private_redis.url,
         CHAT_SHELL_WORKER_RESTART_AFTER_SECONDS=str(RESTART_AFTER),
         # Web processes only relay; workers run the turns.
         CHAT_SHELL_WORKER_IN_PROCESS="false",
@@ -89,16 +85,6 @@ async def fleet(
         yield fleet
     finally:
         fleet.stop()
-
-
-async def _wait_status(client: httpx.AsyncClient, cid: int, wanted: set[str], within: float = 40) -> dict:
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        last = (await client.get(f"/api/conversations/{cid}/messages")).json()["items"][-1]
-        if last["status"] in wanted:
-            return last
-        assert asyncio.get_running_loop().time() < deadline, f"still {last['status']}"
-        await asyncio.sleep(0.1)
 
 
 async def _send(client: httpx.AsyncClient, content: str = "go") -> int:
@@ -140,7 +126,7 @@ async def test_a_web_process_killed_mid_reply_resumes_exactly_on_another(
         events = head.events + tail.events
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
         assert not any(e.event == "turn.restarted" for e in events)
-        stored = await _wait_status(on_b, cid, {"completed"})
+        stored = await wait_status(on_b, cid, {"completed"})
         assert head.text + tail.text == stored["result"]["value"] == LONG
         assert len(scripted_provider.chat_requests) == 1  # the turn ran once, in its worker
     finally:
@@ -174,7 +160,7 @@ async def test_a_worker_killed_mid_reply_restarts_on_another_and_replaces_the_pa
         assert [e.seq for e in read.events] == list(range(1, len(read.events) + 1))
         restart = next(e for e in tail.events if e.event == "turn.restarted")
         assert restart.data["code"] == "worker_lost" and "restarted" in restart.data["message"]
-        stored = await _wait_status(client, cid, {"completed"})
+        stored = await wait_status(client, cid, {"completed"})
         # The partial text of the lost attempt is gone: the page and the store hold the new reply.
         assert read.shown == stored["result"]["value"] == LONG
         user, assistant = await _messages(client, cid)
@@ -201,7 +187,7 @@ async def test_a_turn_whose_worker_dies_on_both_attempts_ends_failed(
         assert again.events[-1].event == "turn.restarted"
         await read_stream(client, cid, last_event_id=again.events[-1].id, stop_after=3)
         fleet.running(_turn_of(head)).kill()
-        stored = await _wait_status(client, cid, {"failed"}, within=RESTART_BOUND + 10)
+        stored = await wait_status(client, cid, {"failed"}, within=RESTART_BOUND + 10)
         assert stored["result"]["error"]["code"] == "worker_lost"
         end = await read_stream(client, cid)
         assert end.terminal is not None and end.terminal.data["code"] == "worker_lost"
@@ -210,7 +196,7 @@ async def test_a_turn_whose_worker_dies_on_both_attempts_ends_failed(
         scripted_provider.script(text("fine now"))
         sent = await client.post(f"/api/conversations/{cid}/messages", json={"content": "again"})
         assert sent.status_code == 202
-        assert (await _wait_status(client, cid, {"completed"}))["result"]["value"] == "fine now"
+        assert (await wait_status(client, cid, {"completed"}))["result"]["value"] == "fine now"
     finally:
         await client.aclose()
 
@@ -229,7 +215,7 @@ async def test_sigterm_on_a_worker_finishes_its_turn_before_it_exits(
         # No new turn while it drains: another conversation's send waits for a worker.
         read = await read_stream(client, cid)
         assert await asyncio.to_thread(worker.wait, 30) == 0
-        stored = await _wait_status(client, cid, {"completed"})
+        stored = await wait_status(client, cid, {"completed"})
         assert read.text == stored["result"]["value"] == LONG
         assert not any(e.event == "turn.restarted" for e in read.events)
     finally:
@@ -250,7 +236,7 @@ async def test_sigterm_on_a_worker_hands_a_turn_still_running_at_the_drain_timeo
         first = fleet.running(_turn_of(head))
         first.terminate()
         assert await asyncio.to_thread(first.wait, 30) == 0
-        stored = await _wait_status(client, cid, {"completed"})
+        stored = await wait_status(client, cid, {"completed"})
         read = await read_stream(client, cid)
         assert [e.event for e in read.events].count("turn.restarted") == 1
         assert read.shown == stored["result"]["value"] == LONG
@@ -286,7 +272,7 @@ async def test_sigterm_on_a_web_process_tells_its_streams_to_reconnect(
         tail = await read_stream(on_b, cid, last_event_id=replayed[-1].id)
         events = replayed + tail.events
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
-        stored = await _wait_status(on_b, cid, {"completed"})
+        stored = await wait_status(on_b, cid, {"completed"})
         assert (
             "".join(e.data["text"] for e in events if e.event == "message.delta") == stored["result"]["value"]
         )
@@ -311,7 +297,7 @@ async def test_a_worker_lost_while_redis_is_down_still_restarts_and_delivers(
         private_redis.kill()
         fleet.running(_turn_of(head)).kill()
         tail = await read_stream(client, cid, last_event_id=head.events[-1].id)
-        stored = await _wait_status(client, cid, {"completed"})
+        stored = await wait_status(client, cid, {"completed"})
         read = type(tail)(200, head.events + tail.events)
         assert [e.seq for e in read.events] == list(range(1, len(read.events) + 1))
         assert [e.event for e in tail.events].count("turn.restarted") == 1
@@ -340,7 +326,7 @@ async def test_a_worker_whose_database_connections_are_killed_mid_turn_leaves_no
         finally:
             await admin.close()
         assert killed > 0
-        stored = await _wait_status(client, cid, {"completed", "failed"})
+        stored = await wait_status(client, cid, {"completed", "failed"})
         read = await read_stream(client, cid)
         assert read.events[0].seq == 1 and read.terminal is not None
         assert read.shown == stored["result"]["value"]
@@ -384,11 +370,11 @@ async def test_a_stop_sent_to_any_web_process_stops_the_turn_running_or_waiting(
         # The one slot is taken: this turn waits in the queue, and its stop ends it there.
         waiting = await _send(on_a)
         assert (await on_b.post(f"/api/conversations/{waiting}/stop")).status_code == 202
-        stopped = await _wait_status(on_a, waiting, {"cancelled"}, within=5)
+        stopped = await wait_status(on_a, waiting, {"cancelled"}, within=5)
         assert stopped["result"]["value"] == ""
         asked = asyncio.get_running_loop().time()
         assert (await on_b.post(f"/api/conversations/{running}/stop")).status_code == 202
-        cancelled = await _wait_status(on_a, running, {"cancelled"}, within=10)
+        cancelled = await wait_status(on_a, running, {"cancelled"}, within=10)
         assert asyncio.get_running_loop().time() - asked < 5
         assert 0 < len(cancelled["result"]["value"]) < len(LONG)
         assert len(scripted_provider.chat_requests) == 1  # the waiting turn never reached the model
@@ -417,10 +403,10 @@ async def test_past_its_capacity_the_service_refuses_new_turns_with_503(
         assert full.status_code == 503 and full.json()["code"] == "at_capacity"
         assert int(full.headers["Retry-After"]) > 0
         assert await _messages(client, other) == []
-        await _wait_status(client, first, {"completed"})
+        await wait_status(client, first, {"completed"})
         again = await client.post(f"/api/conversations/{other}/messages", json={"content": "me too"})
         assert again.status_code == 202
-        assert (await _wait_status(client, other, {"completed"}))["result"]["value"] == "now you"
+        assert (await wait_status(client, other, {"completed"}))["result"]["value"] == "now you"
     finally:
         await client.aclose()
 

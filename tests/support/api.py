@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -119,3 +120,14 @@ async def serve_with_owner(
             yield base_url, client, session_factory(engine)
     finally:
         await engine.dispose()
+
+
+async def wait_status(client: httpx.AsyncClient, cid: int, wanted: set[str], within: float = 40) -> dict:
+    """The conversation's last message once its status is one of `wanted` (polled; fails past `within`)."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        last = (await client.get(f"/api/conversations/{cid}/messages")).json()["items"][-1]
+        if last["status"] in wanted:
+            return last
+        assert asyncio.get_running_loop().time() < deadline, f"still {last['status']}"
+        await asyncio.sleep(0.1)

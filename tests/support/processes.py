@@ -157,3 +157,14 @@ def backend_env(database_url: str, data_dir: Path, provider_url: str, **extra: s
         **{f"CHAT_SHELL_{name.upper()}": str(value) for name, value in ROOMY_LIMITS.items()},
         **extra,
     }
+
+
+def shared_env(
+    postgres_url: str, data_dir: Path, provider_url: str, redis_url: str, **extra: str
+) -> dict[str, str]:
+    """The environment of backend processes that share an emptied PostgreSQL database and one Redis."""
+    from tests.conftest import _off_loop
+    from tests.support import databases
+
+    _off_loop(lambda: databases.truncate_all(postgres_url))
+    return backend_env(postgres_url, data_dir, provider_url, CHAT_SHELL_REDIS_URL=redis_url, **extra)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol, cast
 
@@ -103,31 +103,25 @@ def create_queue(database_url: str, *, max_connections: int = 4) -> App:
     )
 
 
+@dataclass(eq=False)
 class TurnQueue:
     """The web process's side of the queue: turns in, stops out."""
 
-    def __init__(
-        self,
-        app: App,
-        sessions: async_sessionmaker[AsyncSession],
-        broker: LocalBroker,
-        silent_after_seconds: float,
-    ) -> None:
-        self._app = app
-        self._sessions = sessions
-        self._broker = broker
-        # A worker whose heartbeat is older is not counted as running.
-        self._silent_after = silent_after_seconds
+    app: App
+    sessions: async_sessionmaker[AsyncSession]
+    broker: LocalBroker
+    # A worker whose heartbeat is older is not counted as running.
+    silent_after_seconds: float
 
     async def require_worker(self) -> None:
         """Before a send is stored: some worker beats its heartbeat (else nothing would run it)."""
-        async with self._sessions() as db:
+        async with self.sessions() as db:
             alive = await db.scalar(
                 text(
                     "SELECT count(*) FROM procrastinate_workers"
                     " WHERE last_heartbeat > now() - make_interval(secs => :silent)"
                 ),
-                {"silent": self._silent_after},
+                {"silent": self.silent_after_seconds},
             )
         if not alive:
             raise Unavailable(
@@ -140,14 +134,12 @@ class TurnQueue:
         """Queues the committed turn; a queue that cannot take it ends it `failed` at once
         (the question stays, ready to be sent again) and says so."""
         try:
-            await self._app.configure_task(
+            await self.app.configure_task(
                 RUN_TURN, queue=TURNS_QUEUE, lock=conversation_lock(started.conversation_id)
             ).defer_async(turn_id=started.turn_id, model=model)
         except (ProcrastinateException, OSError) as exc:
             log.exception("turn %s could not be queued", started.turn_id)
-            await liveness.end_running(
-                self._sessions, self._broker, turn_endings.NOT_QUEUED, [started.turn_id]
-            )
+            await liveness.end_running(self.sessions, self.broker, turn_endings.NOT_QUEUED, [started.turn_id])
             raise Unavailable(
                 "queue_unavailable", "the reply could not be queued; nothing is lost, send it again", 5
             ) from exc
@@ -155,16 +147,16 @@ class TurnQueue:
     async def abort_turn(self, turn_id: int) -> bool:
         """The queue's abort of the turn's job: a waiting one is cancelled here and its turn
         ends at once; a running one's worker is told (a notification, polled as a fallback)."""
-        jobs = await self._app.job_manager.list_jobs_async(task=RUN_TURN, queue=TURNS_QUEUE)
+        jobs = await self.app.job_manager.list_jobs_async(task=RUN_TURN, queue=TURNS_QUEUE)
         for job in jobs:
             if job.task_kwargs.get("turn_id") != turn_id or job.id is None:
                 continue
             if job.status not in (Status.TODO.value, Status.DOING.value):
                 continue
-            aborted = await self._app.job_manager.cancel_job_by_id_async(job.id, abort=True)
+            aborted = await self.app.job_manager.cancel_job_by_id_async(job.id, abort=True)
             if aborted and job.status == Status.TODO.value:
                 await liveness.end_running(
-                    self._sessions, self._broker, turn_endings.STOPPED_IN_QUEUE, [turn_id]
+                    self.sessions, self.broker, turn_endings.STOPPED_IN_QUEUE, [turn_id]
                 )
             return aborted
         return False
@@ -175,14 +167,14 @@ class QueuedAhead:
     it in the queue, on any replica, and a second summary never runs beside it."""
 
     def __init__(self, app: App) -> None:
-        self._app = app
+        self.app = app
 
     async def before_end(self, started: turns.StartedTurn, model: str) -> None:
         """Deferred while the turn's job holds the lock: the job runs after the turn and before
         any send that follows the ending the user sees."""
         cid = started.conversation_id
         try:
-            await self._app.configure_task(
+            await self.app.configure_task(
                 COMPACT_AHEAD, queue=TURNS_QUEUE, lock=conversation_lock(cid), queueing_lock=f"ahead:{cid}"
             ).defer_async(turn_id=started.turn_id, model=model)
         except AlreadyEnqueued:
@@ -217,25 +209,20 @@ class WorkerOptions:
     event_retention: timedelta | None
 
 
+@dataclass(eq=False)
 class QueueWorker:
     """The jobs a worker process runs, bound to its turn host, and the queue's workers."""
 
-    def __init__(
-        self,
-        app: App,
-        sessions: async_sessionmaker[AsyncSession],
-        broker: LocalBroker,
-        host: TurnHost,
-        compactions: AheadJob | None,
-        options: WorkerOptions,
-    ) -> None:
-        self._app = app
-        self._sessions = sessions
-        self._broker = broker
-        self._host = host
-        self._compactions = compactions
-        self._options = options
-        self.started = asyncio.Event()
+    app: App
+    sessions: async_sessionmaker[AsyncSession]
+    broker: LocalBroker
+    host: TurnHost
+    compactions: AheadJob | None
+    options: WorkerOptions
+    started: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+
+    def __post_init__(self) -> None:
+        app = self.app
         # Only a drained turn is retried by the queue; a lost one by `retry_stalled`.
         app.task(
             name=RUN_TURN,
@@ -255,7 +242,7 @@ class QueueWorker:
 
     async def run_turn(self, context: JobContext, turn_id: int, model: str) -> None:
         stop = asyncio.Event()
-        running = asyncio.create_task(self._host.run(turn_id, model, stop), name=f"turn-{turn_id}")
+        running = asyncio.create_task(self.host.run(turn_id, model, stop), name=f"turn-{turn_id}")
         try:
             await asyncio.shield(running)
         except asyncio.CancelledError:
@@ -269,18 +256,18 @@ class QueueWorker:
             raise HandedBack(turn_id) from None
 
     async def compact_ahead(self, turn_id: int, model: str) -> None:
-        if self._compactions is None:
+        if self.compactions is None:
             return
-        async with self._sessions() as db:
+        async with self.sessions() as db:
             started = await turns.load_started(db, turn_id, running=False)
         if started is not None:
-            await self._compactions.compact(started, model)
+            await self.compactions.compact(started, model)
 
     async def retry_stalled(self, timestamp: int) -> None:
         """The queue's stalled-job retry: the jobs of workers silent for too long run again
         (a turn from its start), or, on their last attempt, end."""
-        manager = self._app.job_manager
-        stalled = await manager.get_stalled_jobs(seconds_since_heartbeat=self._options.restart_after_seconds)
+        manager = self.app.job_manager
+        stalled = await manager.get_stalled_jobs(seconds_since_heartbeat=self.options.restart_after_seconds)
         for job in stalled:
             assert job.id is not None
             try:
@@ -288,7 +275,7 @@ class QueueWorker:
                     await manager.finish_job_by_id_async(job.id, Status.FAILED, delete_job=False)
                     turn_id = cast(int, job.task_kwargs["turn_id"])  # a RUN_TURN job's kwargs are JSON
                     await liveness.end_running(
-                        self._sessions, self._broker, turn_endings.WORKER_LOST, [turn_id]
+                        self.sessions, self.broker, turn_endings.WORKER_LOST, [turn_id]
                     )
                 else:
                     await manager.retry_job(job)
@@ -298,7 +285,7 @@ class QueueWorker:
         await self._end_orphans()
 
     async def _end_orphans(self) -> None:
-        async with self._sessions() as db:
+        async with self.sessions() as db:
             orphans = list(
                 await db.scalars(
                     text(
@@ -310,22 +297,22 @@ class QueueWorker:
                 )
             )
         if orphans:
-            await liveness.end_running(self._sessions, self._broker, turn_endings.INTERRUPTED, orphans)
+            await liveness.end_running(self.sessions, self.broker, turn_endings.INTERRUPTED, orphans)
 
     async def prune_event_logs(self, timestamp: int) -> None:
-        if self._options.event_retention is not None:
-            await liveness.prune_old_logs(self._sessions, self._options.event_retention)
+        if self.options.event_retention is not None:
+            await liveness.prune_old_logs(self.sessions, self.options.event_retention)
 
     async def run(self, *, signals: bool) -> None:
         """Both workers, until cancelled or (with `signals`, a worker process of its own)
         SIGTERM/SIGINT: the turns' and the upkeep's. Either way the turns drain first.
         `started` is set once the turns' worker is registered in the queue."""
-        options = self._options
+        options = self.options
         beat = max(0.5, options.restart_after_seconds / 4)
 
         def turns_worker() -> Worker:
             return Worker(
-                self._app,
+                self.app,
                 queues=[TURNS_QUEUE],
                 name="turns",
                 concurrency=options.concurrency,
@@ -339,7 +326,7 @@ class QueueWorker:
 
         def upkeep_worker() -> Worker:
             return Worker(
-                self._app,
+                self.app,
                 queues=[UPKEEP_QUEUE],
                 name="upkeep",
                 concurrency=1,

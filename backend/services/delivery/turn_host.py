@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import KeysView, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -89,28 +89,19 @@ class HostOptions:
     remote_access: CapabilityIssuer | None = None
 
 
+@dataclass(eq=False)
 class TurnHost:
-    def __init__(
-        self,
-        sessions: async_sessionmaker[AsyncSession],
-        runtime: TurnRuntime,
-        writer: EventWriter,
-        broker: LocalBroker,
-        options: HostOptions,
-        *,
-        ahead: AheadScheduler | None = None,
-        titles: GeneratedTitles | None = None,
-    ) -> None:
-        self._sessions = sessions
-        self.runtime = runtime
-        self._writer = writer
-        self._broker = broker
-        self._options = options
-        self._jobs: dict[int, _Job] = {}
-        # Compaction ahead of time: scheduled at turn end, awaited by the next turn that starts.
-        self.ahead = ahead
-        # Names a conversation after its first reply (None: generated titles are off).
-        self.titles = titles
+    sessions: async_sessionmaker[AsyncSession]
+    runtime: TurnRuntime
+    writer: EventWriter
+    broker: LocalBroker
+    options: HostOptions
+    _: KW_ONLY
+    # Compaction ahead of time: scheduled at turn end, awaited by the next turn that starts.
+    ahead: AheadScheduler | None = None
+    # Names a conversation after its first reply (None: generated titles are off).
+    titles: GeneratedTitles | None = None
+    _jobs: dict[int, _Job] = field(default_factory=dict, init=False)
 
     @property
     def active(self) -> int:
@@ -129,7 +120,7 @@ class TurnHost:
     async def run(self, turn_id: int, model: str, stop: asyncio.Event) -> None:
         """Runs a turn of the queue to its end (a worker's job); a turn no longer running is
         skipped. Setting `stop` stops it as the user's stop does."""
-        async with self._sessions() as db:
+        async with self.sessions() as db:
             started = await turns.load_started(db, turn_id)
             restarted = started is not None and await latest_seq(db, turn_id) > 0
         if started is None:
@@ -180,7 +171,7 @@ class TurnHost:
     async def _forget_attempt(self, started: turns.StartedTurn) -> None:
         """Before a turn runs again: the checkpoint and compaction rows of the attempt that
         died go, so the turn starts from the conversation as it was before it."""
-        async with self._sessions() as db, db.begin():
+        async with self.sessions() as db, db.begin():
             message = await db.get(Message, started.assistant_message.id)
             if message is not None:
                 message.result = None
@@ -189,11 +180,11 @@ class TurnHost:
 
     async def _run(self, job: _Job, model: str, *, restarted: bool) -> None:
         started = job.started
-        async with self._sessions() as db:
+        async with self.sessions() as db:
             last_seq = await latest_seq(db, started.turn_id)
-        turn_log = self._writer.open(started.turn_id, last_seq, on_error=job.fail_log)
+        turn_log = self.writer.open(started.turn_id, last_seq, on_error=job.fail_log)
         relay = Relay(started, turn_log, model)
-        deadline = asyncio.timeout(self._options.wall_seconds)
+        deadline = asyncio.timeout(self.options.wall_seconds)
         try:
             if restarted:
                 turn_log.append(Restarted())
@@ -212,7 +203,7 @@ class TurnHost:
         except Exception as exc:
             if not relay.finished and isinstance(exc, TimeoutError) and deadline.expired():
                 log.warning("turn %s reached its time limit and was stopped", started.turn_id)
-                limit = f"{self._options.wall_seconds:g}"
+                limit = f"{self.options.wall_seconds:g}"
                 relay.fail(
                     "turn_time_limit",
                     f"the reply was stopped at the time limit of {limit} s per turn",
@@ -261,7 +252,7 @@ class TurnHost:
         parent_pk = started.user_message.parent_pk
         if parent_pk is None:
             return []
-        async with self._sessions() as db:
+        async with self.sessions() as db:
             reply = await db.get(Message, parent_pk)
             if reply is None or reply.conversation_id != started.conversation_id:
                 return []
@@ -278,7 +269,7 @@ class TurnHost:
         backoff = END_FIRST_BACKOFF_SECONDS
         for attempt in range(1, END_ATTEMPTS + 1):
             try:
-                async with self._sessions() as db, db.begin():
+                async with self.sessions() as db, db.begin():
                     turn = await db.get(Turn, turn_id)
                     if turn is None or turn.status != TurnStatus.RUNNING:
                         return
@@ -289,22 +280,22 @@ class TurnHost:
                 await asyncio.sleep(backoff)
                 backoff = min(2 * backoff, END_MAX_BACKOFF_SECONDS)
                 continue
-            await self._broker.publish([ending])
+            await self.broker.publish([ending])
             return
         log.error("turn %s: its failure could not be stored; recovery will end it", turn_id)
 
     async def _build_request(self, started: turns.StartedTurn, model: str) -> TurnRequest:
         """Package mode resolves the history here; service mode sends `backend` access instead
         and chat_shell loads the same pipeline's output over HTTP."""
-        remote = self._options.remote_access
-        async with self._sessions() as db:
+        remote = self.options.remote_access
+        async with self.sessions() as db:
             conversation = await db.get(Conversation, started.conversation_id)
             assert conversation is not None
             basis = await request_basis(
                 db,
                 conversation,
                 model=model,
-                system_prompt=self._options.system_prompt,
+                system_prompt=self.options.system_prompt,
                 before_message_id=started.user_message.message_id,
                 with_history=remote is None,
             )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -46,49 +46,40 @@ class TurnLimits:
     capacity: int | None = None
 
 
+@dataclass(eq=False)
 class TurnRunner:
-    def __init__(
-        self,
-        sessions: async_sessionmaker[AsyncSession],
-        runtime: TurnRuntime,
-        broker: LocalBroker,
-        defaults: TurnDefaults,
-        *,
-        host: TurnHost | None = None,
-        queue: TurnQueue | None = None,
-        limits: TurnLimits | None = None,
-        previewer: NextTurnPreviewer | None = None,
-        stream_poll_seconds: float = 1.0,
-    ) -> None:
-        assert (host is None) != (queue is None), "turns run in this process or on the queue"
-        self._sessions = sessions
-        # The runtime this process knows (MCP panels, previews); a queued turn runs in a worker's.
-        self.runtime = runtime
-        self._broker = broker
-        self._defaults = defaults
-        self._host = host
-        self._queue = queue
-        self._limits = limits or TurnLimits()
-        # Shows the next turn's request before the send (None: chat_shell runs as its own service).
-        self.previewer = previewer
-        self._stream_poll_seconds = stream_poll_seconds
+    sessions: async_sessionmaker[AsyncSession]
+    # The runtime this process knows (MCP panels, previews); a queued turn runs in a worker's.
+    runtime: TurnRuntime
+    broker: LocalBroker
+    defaults: TurnDefaults
+    _: KW_ONLY
+    host: TurnHost | None = None
+    queue: TurnQueue | None = None
+    limits: TurnLimits = field(default_factory=TurnLimits)
+    # Shows the next turn's request before the send (None: chat_shell runs as its own service).
+    previewer: NextTurnPreviewer | None = None
+    stream_poll_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        assert (self.host is None) != (self.queue is None), "turns run in this process or on the queue"
 
     @property
     def active(self) -> int:
         """Turns running in this process."""
-        return self._host.active if self._host is not None else 0
+        return self.host.active if self.host is not None else 0
 
     @property
     def catalog(self) -> ModelCatalog:
-        return self._defaults.catalog
+        return self.defaults.catalog
 
     def model_for(self, conversation: Conversation) -> str:
         """The model of the conversation's next turn (`unknown_model` when it is not configured)."""
-        return self._defaults.catalog.resolve(conversation.model_profile)
+        return self.defaults.catalog.resolve(conversation.model_profile)
 
     @property
     def system_prompt(self) -> str | None:
-        return self._defaults.system_prompt
+        return self.defaults.system_prompt
 
     async def send(
         self,
@@ -106,7 +97,7 @@ class TurnRunner:
         if edits is not None and attachment_ids:
             raise Invalid("edit_keeps_files", "an edited message keeps the files of the one it edits")
         await self._require_worker()
-        async with transaction(self._sessions) as db:
+        async with transaction(self.sessions) as db:
             conversation, model = await self._admit(db, user, conversation_id)
             edited = (
                 await conversations.question_to_edit(db, conversation, edits) if edits is not None else None
@@ -118,7 +109,7 @@ class TurnRunner:
                 content,
                 attachment_ids,
                 model,
-                self._limits.running_per_user,
+                self.limits.running_per_user,
                 edits=edited,
             )
         await self._launch(started, model)
@@ -128,11 +119,11 @@ class TurnRunner:
         """A new version of reply `message_id` (default: the current path's last reply), in
         place: the question and its files stay, the earlier replies stay as versions."""
         await self._require_worker()
-        async with transaction(self._sessions) as db:
+        async with transaction(self.sessions) as db:
             conversation, model = await self._admit(db, user, conversation_id)
             question = await conversations.question_to_answer(db, conversation, message_id)
             started = await turns.start_version(
-                db, user, conversation, question, model, self._limits.running_per_user
+                db, user, conversation, question, model, self.limits.running_per_user
             )
         await self._launch(started, model)
         return started
@@ -142,29 +133,27 @@ class TurnRunner:
         which must take a message now, with room for one more running turn."""
         conversation = await conversations.get_owned(db, user, conversation_id)
         model = self.model_for(conversation)
-        self._defaults.admit(model)
-        await turns.require_capacity(db, self._limits.capacity)
+        self.defaults.admit(model)
+        await turns.require_capacity(db, self.limits.capacity)
         return conversation, model
 
     async def _require_worker(self) -> None:
-        if self._queue is not None:
-            await self._queue.require_worker()
+        if self.queue is not None:
+            await self.queue.require_worker()
 
     async def _launch(self, started: turns.StartedTurn, model: str) -> None:
-        if self._queue is not None:
-            await self._queue.defer_turn(started, model)
+        if self.queue is not None:
+            await self.queue.defer_turn(started, model)
         else:
-            assert self._host is not None
-            self._host.launch(started, model)
+            assert self.host is not None
+            self.host.launch(started, model)
 
     async def wait(self, turn_id: int) -> None:
         """Until the turn has ended: its job here, or its log's terminal event."""
-        if self._host is not None:
-            await self._host.wait(turn_id)
+        if self.host is not None:
+            await self.host.wait(turn_id)
             return
-        async for event in streams.follow(
-            self._sessions, self._broker, turn_id, 0, self._stream_poll_seconds
-        ):
+        async for event in streams.follow(self.sessions, self.broker, turn_id, 0, self.stream_poll_seconds):
             if event.event in TERMINAL_EVENT_TYPES:
                 return
 
@@ -173,17 +162,17 @@ class TurnRunner:
         process running it, and the queue's abort. Acknowledged once any of them took it;
         with none of them reachable it is refused."""
         try:
-            async with transaction(self._sessions) as db:
+            async with transaction(self.sessions) as db:
                 await turns.store_stop(db, turn_id)
             stored = True
         except (SQLAlchemyError, OSError):
             log.warning("the stop of turn %s could not be stored", turn_id, exc_info=True)
             stored = False
-        told = await self._broker.request_cancel(turn_id)
+        told = await self.broker.request_cancel(turn_id)
         aborted = False
-        if self._queue is not None:
+        if self.queue is not None:
             try:
-                aborted = await self._queue.abort_turn(turn_id)
+                aborted = await self.queue.abort_turn(turn_id)
             except Exception:
                 log.warning("the queue could not take the stop of turn %s", turn_id, exc_info=True)
         if not (stored or told or aborted):
@@ -197,7 +186,7 @@ class TurnRunner:
         call still waits."""
         if turn_id is None:
             raise _nothing_to_decide()
-        decided = await self._broker.request_decision(turn_id, call_id, allow)
+        decided = await self.broker.request_decision(turn_id, call_id, allow)
         if decided is None:
             raise Unavailable(
                 "approval_not_delivered",

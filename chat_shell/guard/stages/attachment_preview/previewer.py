@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from chat_shell.accounting.text_counter import FETCH_CHARS_PER_TOKEN, HEAD_SHARE
@@ -105,28 +105,23 @@ class _Cut:
 _Plan = _Whole | _Cut | None  # None: header only
 
 
+@dataclass(eq=False)
 class AttachmentPreviewer:
     """Renders the attachment block of messages in one conversation, for one turn.
 
     Results are cached per attachment list, so the hook calls of a turn render each message once.
     """
 
-    def __init__(
-        self,
-        reader: AttachmentReader,
-        conversation_id: int,
-        budget_tokens: int,
-        counter: TokenCounter,
-        *,
-        images: bool = False,
-    ) -> None:
-        self._reader = reader
-        self._conversation_id = conversation_id
-        self._budget = budget_tokens
-        self._images = images
-        self._counter = counter
-        self._count = counter.count_text
-        self._cache: dict[tuple[int, ...], RenderedPreview] = {}
+    reader: AttachmentReader
+    conversation_id: int
+    budget_tokens: int
+    counter: TokenCounter
+    _: KW_ONLY
+    images: bool = False
+    _cache: dict[tuple[int, ...], RenderedPreview] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self._count = self.counter.count_text
 
     async def render(self, attachment_ids: Sequence[int]) -> RenderedPreview:
         key = tuple(attachment_ids)
@@ -142,7 +137,7 @@ class AttachmentPreviewer:
             *(self._entry(position, ident) for position, ident in enumerate(attachment_ids, 1))
         )
         entries, images = await self._pictures(entries)
-        budget = self._budget - len(images) * IMAGE_PART_TOKENS
+        budget = self.budget_tokens - len(images) * IMAGE_PART_TOKENS
         preview = await self._render_full(entries, budget) or self._render_compact(entries, budget)
         if not images:
             return preview
@@ -153,12 +148,12 @@ class AttachmentPreviewer:
 
     async def _pictures(self, entries: list[Entry]) -> tuple[list[Entry], tuple[dict[str, Any], ...]]:
         """The entries, those shown as pictures marked so, and their image parts in order."""
-        if not self._images:
+        if not self.images:
             return entries, ()
-        room = image_room(self._budget)
+        room = image_room(self.budget_tokens)
         chosen = [e for e in entries if e.ref is not None and shows_as_image(e.ref)][:room]
         fetched = await asyncio.gather(
-            *(self._reader.image(self._conversation_id, e.attachment_id) for e in chosen),
+            *(self.reader.image(self.conversation_id, e.attachment_id) for e in chosen),
             return_exceptions=True,
         )
         shown = {
@@ -174,7 +169,7 @@ class AttachmentPreviewer:
 
     async def _entry(self, position: int, attachment_id: int) -> Entry:
         try:
-            ref = await self._reader.describe(self._conversation_id, attachment_id)
+            ref = await self.reader.describe(self.conversation_id, attachment_id)
         except LookupError as exc:
             return Entry(position, attachment_id, None, str(exc))
         return Entry(position, attachment_id, ref, None)
@@ -222,7 +217,7 @@ class AttachmentPreviewer:
             if chars > share * FULL_READ_CHARS_PER_TOKEN:
                 cut_from = index
                 break
-            page = await self._reader.read(self._conversation_id, entry.attachment_id, 0, chars)
+            page = await self.reader.read(self.conversation_id, entry.attachment_id, 0, chars)
             tokens = self._count(page.text)
             if tokens > share:
                 whole_texts[entry.position] = page.text
@@ -265,8 +260,8 @@ class AttachmentPreviewer:
             head_source, tail_source = whole[:head_fetch], whole[tail_from:]
         else:
             page, tail_source = await asyncio.gather(
-                self._reader.read(self._conversation_id, entry.attachment_id, 0, head_fetch),
-                self._reader.tail(self._conversation_id, entry.attachment_id, total - tail_from),
+                self.reader.read(self.conversation_id, entry.attachment_id, 0, head_fetch),
+                self.reader.tail(self.conversation_id, entry.attachment_id, total - tail_from),
             )
             head_source = page.text
         head, head_tokens = self._head(head_source, head_budget)
@@ -275,11 +270,11 @@ class AttachmentPreviewer:
 
     def _head(self, text: str, max_tokens: int) -> tuple[str, int]:
         """The head shown of `text`, ending at a line break when one is near, and its tokens."""
-        head = self._counter.text.head(text, max_tokens, lines=True)
+        head = self.counter.text.head(text, max_tokens, lines=True)
         return head, self._count(head)
 
     def _tail(self, text: str, max_tokens: int) -> tuple[str, int]:
-        tail = self._counter.text.tail(text, max_tokens, lines=True)
+        tail = self.counter.text.tail(text, max_tokens, lines=True)
         return tail, self._count(tail)
 
     def _shrink(self, plans: dict[int, _Plan], over: int) -> dict[int, _Plan]:

@@ -21,6 +21,7 @@ import logging
 import math
 import uuid
 import weakref
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
@@ -85,6 +86,7 @@ def conversation_lock(conversation_id: int) -> asyncio.Lock:
     return lock
 
 
+@dataclass(eq=False)
 class SummaryCompactor:
     """The guard's summary stage (a `SummaryStage`).
 
@@ -93,43 +95,34 @@ class SummaryCompactor:
     is stored on the finished turn's assistant message: its own messages (`own_ids`) are kept
     as they are, since they are that message's chain, and only earlier messages are cloned."""
 
-    def __init__(
-        self,
-        summarize: Summarizer,
-        *,
-        conversation_id: int,
-        checkpoint_message_id: int | None = None,
-        settings: CompactionSettings = CompactionSettings(),
-        strategy: Strategy = "summary_compact",
-        own_ids: frozenset[str] = frozenset(),
-    ) -> None:
-        self._summarize = summarize
-        self._conversation_id = conversation_id
-        self._checkpoint_message_id = checkpoint_message_id
-        self._settings = settings
-        self._strategy = strategy
-        self._own_ids = own_ids
+    summarize: Summarizer
+    _: KW_ONLY
+    conversation_id: int
+    checkpoint_message_id: int | None = None
+    settings: CompactionSettings = field(default_factory=CompactionSettings)
+    strategy: Strategy = "summary_compact"
+    own_ids: frozenset[str] = frozenset()
 
     async def __call__(self, request: SummaryRequest) -> SummaryOutcome:
-        async with conversation_lock(self._conversation_id):
+        async with conversation_lock(self.conversation_id):
             return await self._compact(request)
 
     # -- orchestration -------------------------------------------------------------------
 
     async def _compact(self, request: SummaryRequest) -> SummaryOutcome:
         budget = request.budget
-        compaction = Compaction.start(self._strategy, budget, request.estimate.effective)
+        compaction = Compaction.start(self.strategy, budget, request.estimate.effective)
         self._status(request, compaction.record("started"))
         watchdog = Watchdog(
-            self._settings.summary_timeout_seconds,
-            self._settings.heartbeat_seconds,
+            self.settings.summary_timeout_seconds,
+            self.settings.heartbeat_seconds,
             lambda: self._status(request, compaction.record("in_progress")),
         )
         try:
             with running(watchdog.run()):
                 checkpoint = await self._checkpoint(request, watchdog)
         except asyncio.CancelledError:
-            logger.info("[SummaryCompact] conversation=%s status=cancelled", self._conversation_id)
+            logger.info("[SummaryCompact] conversation=%s status=cancelled", self.conversation_id)
             raise
         except SummaryFailed as failure:
             record = compaction.record("fallback", failure_reason=failure.reason)
@@ -145,7 +138,7 @@ class SummaryCompactor:
             after_tokens=after,
             removed_items=removed,
             summary_text=summary_text,
-            checkpoint_message_id=self._checkpoint_message_id,
+            checkpoint_message_id=self.checkpoint_message_id,
             retention_score=score,
             chunks=chunks,
             first_kept_message_id=first_kept,
@@ -173,8 +166,8 @@ class SummaryCompactor:
             "[SummaryCompact] strategy=%s conversation=%s message=%s status=%s before=%s after=%s "
             "trigger=%s keep=%s removed=%s chunks=%s duration_ms=%s retention=%s forced=%s failure_reason=%s",
             record.strategy,
-            self._conversation_id,
-            self._checkpoint_message_id,
+            self.conversation_id,
+            self.checkpoint_message_id,
             record.status,
             record.before_tokens,
             record.after_tokens,
@@ -211,7 +204,7 @@ class SummaryCompactor:
             system_end += 1
         tail_budget = self._tail_budget(request, sum(tokens[:system_end]))
         split = split_view(
-            messages, tokens, tail_budget, budget.keep, whole_last_turn=self._strategy == "summary_ahead"
+            messages, tokens, tail_budget, budget.keep, whole_last_turn=self.strategy == "summary_ahead"
         )
         if not split.summarized:
             raise SummaryFailed("nothing_to_summarize")
@@ -260,7 +253,7 @@ class SummaryCompactor:
         return kept, summary, len(summarized), len(chunks), score, first_kept
 
     def _retain(self, message: BaseMessage) -> BaseMessage:
-        if message.id is not None and message.id in self._own_ids:
+        if message.id is not None and message.id in self.own_ids:
             return message
         clone = message.model_copy(update={"id": _new_id()})
         return with_markers(clone, checkpoint_retained=True)
@@ -331,7 +324,7 @@ class SummaryCompactor:
         overflow safety net (a request the provider finds too long is split once)."""
         try:
             with watchdog.call():
-                return await self._summarize(prompt)
+                return await self.summarize(prompt)
         except Exception as exc:
             if not is_context_overflow(exc):
                 raise self._failure(exc) from exc
@@ -343,7 +336,7 @@ class SummaryCompactor:
             body = f"<previous_summary>\n{summary}\n</previous_summary>\n\n{half}" if summary else half
             try:
                 with watchdog.call():
-                    summary = await self._summarize([system, HumanMessage(body)])
+                    summary = await self.summarize([system, HumanMessage(body)])
             except Exception as exc:
                 if is_context_overflow(exc):
                     raise SummaryFailed("summarizer_context_overflow") from exc
