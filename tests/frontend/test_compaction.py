@@ -31,6 +31,7 @@ from tests.support.browser import (
     Stack,
     append_turn_events,
     assistant,
+    complete_turn,
     seed_conversation,
     seed_running_turn,
     user,
@@ -121,27 +122,13 @@ def _complete(
 ) -> None:
     """Ends the running turn of `_running_turn` (its ids): `events`, then `answer`, stored with
     the turn's compaction records."""
-    cid, turn_id, reply_id = ids
     stored_result = {
         "value": answer,
         "blocks": [{"type": "text", "text": answer}],
         "context_compactions": compactions,
         **result,
     }
-    message = {
-        "conversation_id": cid,
-        "message_id": reply_id,
-        "role": "assistant",
-        "status": "completed",
-        "content": "",
-        "result": stored_result,
-    }
-    append_turn_events(
-        stack.database_url,
-        turn_id,
-        [*events, ("message.delta", {"text": answer}), ("turn.completed", {"message": message})],
-        final={"status": "completed", "result": stored_result},
-    )
+    complete_turn(stack.database_url, ids, answer, stored_result, events)
 
 
 def test_compacting_survives_a_reload_mid_compaction_then_the_boundary_appears(

@@ -27,6 +27,7 @@ from tests.support.browser import (
     api_client,
     append_turn_events,
     assistant,
+    complete_turn,
     seed_conversation,
     seed_running_turn,
     user,
@@ -141,20 +142,7 @@ def test_a_reply_written_while_the_reader_is_far_up_is_whole_back_at_the_end(
 
     answer = "Day one: the temples. Day two: the hills."
     result = {"value": answer, "blocks": [{"type": "text", "text": answer}]}
-    message = {
-        "conversation_id": cid,
-        "message_id": reply_id,
-        "role": "assistant",
-        "status": "completed",
-        "content": "",
-        "result": result,
-    }
-    append_turn_events(
-        stack.database_url,
-        turn_id,
-        [("message.delta", {"text": " Day two: the hills."}), ("turn.completed", {"message": message})],
-        final={"status": "completed", "result": result},
-    )
+    complete_turn(stack.database_url, (cid, turn_id, reply_id), " Day two: the hills.", result)
     expect(reply).to_have_attribute("data-status", "completed")
     expect(reply.locator(".msg-body")).to_have_text(answer)
 

@@ -245,6 +245,32 @@ def append_turn_events(
     run_off_loop(_append_events(database_url, turn_id, events, final))
 
 
+def complete_turn(
+    database_url: str,
+    ids: tuple[int, int, int],
+    last_text: str,
+    result: dict[str, Any],
+    events: Sequence[tuple[str, dict[str, Any]]] = (),
+) -> None:
+    """Ends a turn seeded running (`ids`: conversation, turn, reply message_id) as the backend
+    does: `events`, the last text, then `turn.completed` with the stored message."""
+    cid, turn_id, reply_id = ids
+    message = {
+        "conversation_id": cid,
+        "message_id": reply_id,
+        "role": "assistant",
+        "status": "completed",
+        "content": "",
+        "result": result,
+    }
+    append_turn_events(
+        database_url,
+        turn_id,
+        [*events, ("message.delta", {"text": last_text}), ("turn.completed", {"message": message})],
+        final={"status": "completed", "result": result},
+    )
+
+
 def assistant(text: str, **result: Any) -> dict[str, Any]:
     blocks = [{"type": "text", "text": text}]
     return {"role": "assistant", "result": {"value": text, "blocks": blocks, **result}}
