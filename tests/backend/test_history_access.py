@@ -29,7 +29,7 @@ from tests.support.api import new_user, serve_with_owner
 from tests.support.attachments import count_tokens
 from tests.support.capabilities import CAPABILITY_KEY, capability, running_turn
 from tests.support.files import corrupt, docx_bytes, log_bytes
-from tests.support.history import Seeder, ai, call, retained, summary, text_blocks, tool, tool_block
+from tests.support.history import Seeder, ai, around_a_tool, call, retained, summary, tool, tool_block
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.uploads import upload_ok
 
@@ -95,12 +95,7 @@ async def _seed_long_conversation(backend: Backend) -> tuple[int, int]:
             ai("Running.", call("call_big", rows=50_000)),
             tool("call_big", "[compact]", compacted=True),
             ai("Done."),
-            blocks=text_blocks(
-                "Running.",
-                tool_block("call_big", output),
-                "\n\nDone.",
-            ),
-            value="Running.\n\nDone.",
+            **around_a_tool("Running.", tool_block("call_big", output), "Done."),
         )
         big = c.next_message_id - 1
         await seeder.turn(c, "summarize", summary("S"), retained("user", "summarize"), ai("ok"))

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from backend.models import Conversation, Message, MessageStatus, Role, User
 from backend.services.conversations.lineage import find_visible_message, lineage
 from chat_shell.contracts import ChainMessage, ChainMetadata, TokenCount, ToolCall
+from chat_shell.events.fold import PARAGRAPH_BREAK
 
 BASE_TIME = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 # How the compaction stage opens a summary; recognition is by marker, never by these words.
@@ -69,6 +70,13 @@ def text_blocks(*parts: str | dict[str, Any]) -> list[dict[str, Any]]:
 def tool_block(call_id: str, output: str, name: str = "generate_report", **args: Any) -> dict[str, Any]:
     """A tool call's block among `text_blocks`: its arguments and the output the stream showed."""
     return {"type": "tool", "call_id": call_id, "name": name, "args": args, "output": output}
+
+
+def around_a_tool(before: str, block: dict[str, Any], after: str) -> dict[str, Any]:
+    """The `value` and `blocks` of a reply that said `before`, ran the tool of `block`, then
+    said `after`: the text after the tool opens with the paragraph break the stream showed."""
+    after = PARAGRAPH_BREAK + after
+    return {"value": before + after, "blocks": text_blocks(before, block, after)}
 
 
 class Seeder:
@@ -216,12 +224,7 @@ async def _no_checkpoint(s: Seeder) -> Conversation:
             token_count=TokenCount(encoding="cl100k_base", content_hash="abc", tokens=7),
         ),
         ai("Prices are fine.", local_input_tokens=812, provider_input_tokens=840, profile="gpt-4o"),
-        value="Let me check.\n\nPrices are fine.",
-        blocks=text_blocks(
-            "Let me check.",
-            tool_block("call_p", "r" * 50),
-            "\n\nPrices are fine.",
-        ),
+        **around_a_tool("Let me check.", tool_block("call_p", "r" * 50), "Prices are fine."),
     )
     await s.turn(c, f"{SUMMARY_PREFIX} is how I start notes; keep the budget.", ai("Noted."))
     return c
@@ -276,12 +279,7 @@ async def _failed_partial(s: Seeder) -> Conversation:
         ai("Let me check.", call("call_f", rows=1)),
         tool("call_f", "report"),
         status=MessageStatus.FAILED,
-        value="Let me check.\n\nThe answer is 4",
-        blocks=text_blocks(
-            "Let me check.",
-            tool_block("call_f", "report", rows=1),
-            "\n\nThe answer is 4",
-        ),
+        **around_a_tool("Let me check.", tool_block("call_f", "report", rows=1), "The answer is 4"),
         error="the provider stream failed",
     )
     await s.turn(c, "three", ai("r3"))
