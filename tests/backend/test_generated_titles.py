@@ -60,6 +60,11 @@ class Chat:
         )
         assert response.status_code == 200, response.text
 
+    async def title(self, cid: int) -> tuple[str, str]:
+        """The settled conversation's title and where it came from (`user`, `fallback`, `generated`)."""
+        shown = await self.shown(cid)
+        return shown["title"], shown["title_source"]
+
     async def shown(self, cid: int) -> dict[str, Any]:
         """The conversation once its turns have ended and every title being written is stored."""
         await _until(
@@ -70,10 +75,11 @@ class Chat:
         return (await self.client.get(f"/api/conversations/{cid}")).json()
 
 
+OpenChat = Callable[..., AbstractAsyncContextManager[Chat]]
+
+
 @pytest.fixture
-def open_chat(
-    database_url: str, chat_settings: Callable[..., Settings]
-) -> Callable[..., AbstractAsyncContextManager[Chat]]:
+def open_chat(database_url: str, chat_settings: Callable[..., Settings]) -> OpenChat:
     @asynccontextmanager
     async def opener(**overrides: object) -> AsyncIterator[Chat]:
         app = create_app(chat_settings(database_url, **overrides))
@@ -83,120 +89,113 @@ def open_chat(
     return opener
 
 
+@pytest.fixture
+async def chat(open_chat: OpenChat) -> AsyncIterator[Chat]:
+    """The app with the default chat settings, and a signed-in user's client."""
+    async with open_chat() as chat:
+        yield chat
+
+
 def _exchange(request: dict[str, Any]) -> str:
     return content_text(request["messages"][-1])
 
 
 async def test_the_first_reply_names_the_conversation(
-    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
+    chat: Chat, scripted_provider: ScriptedProvider
 ) -> None:
-    async with open_chat() as chat:
-        cid = await chat.create("**Plan** a trip to Lisbon", generate_title=True)
-        assert (await chat.shown(cid))["title_source"] == "fallback"
-        scripted_provider.script(text("Lisbon in May is mild; book the tram tour early."))
-        scripted_provider.script_titles(text('Title: **"Lisbon trip in May"**.'))
-        await chat.send(cid, "**Plan** a trip to Lisbon in May for two")
-        shown = await chat.shown(cid)
-        assert (shown["title"], shown["title_source"]) == ("Lisbon trip in May", "generated")
-        # One title call: not streamed, short, with the exchange in it; no chat request it took.
-        [request] = scripted_provider.title_requests
-        assert not request.get("stream")
-        assert request.get("max_completion_tokens", request.get("max_tokens")) == TITLE_OUTPUT_TOKENS
-        assert "a trip to Lisbon in May for two" in _exchange(request)
-        assert "book the tram tour early" in _exchange(request)
-        assert len(scripted_provider.requests) == 1
-        # Later replies never rename it again.
-        await chat.send(cid, "And in June?")
-        assert (await chat.shown(cid))["title"] == "Lisbon trip in May"
-        assert len(scripted_provider.title_requests) == 1
+    cid = await chat.create("**Plan** a trip to Lisbon", generate_title=True)
+    assert (await chat.shown(cid))["title_source"] == "fallback"
+    scripted_provider.script(text("Lisbon in May is mild; book the tram tour early."))
+    scripted_provider.script_titles(text('Title: **"Lisbon trip in May"**.'))
+    await chat.send(cid, "**Plan** a trip to Lisbon in May for two")
+    assert await chat.title(cid) == ("Lisbon trip in May", "generated")
+    # One title call: not streamed, short, with the exchange in it; no chat request it took.
+    [request] = scripted_provider.title_requests
+    assert not request.get("stream")
+    assert request.get("max_completion_tokens", request.get("max_tokens")) == TITLE_OUTPUT_TOKENS
+    assert "a trip to Lisbon in May for two" in _exchange(request)
+    assert "book the tram tour early" in _exchange(request)
+    assert len(scripted_provider.requests) == 1
+    # Later replies never rename it again.
+    await chat.send(cid, "And in June?")
+    assert (await chat.shown(cid))["title"] == "Lisbon trip in May"
+    assert len(scripted_provider.title_requests) == 1
 
 
 async def test_a_first_message_of_files_alone_is_named_from_their_names_and_the_reply(
-    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
+    chat: Chat, scripted_provider: ScriptedProvider
 ) -> None:
-    async with open_chat() as chat:
-        # The page titles such a chat with the file's name until the reply (it has no first line).
-        cid = await chat.create("q3-budget.csv", generate_title=True)
-        attachment = await upload_ok(
-            chat.client, "q3-budget.csv", b"team,amount\nops,1200\n", conversation_id=cid
-        )
-        scripted_provider.script(text("The ops team spent 1,200 in Q3."))
-        scripted_provider.script_titles(text("Q3 budget by team"))
-        reply = await assistant_reply(chat.client, cid, "", attachment_ids=[attachment["id"]])
-        assert reply["status"] == "completed"
-        shown = await chat.shown(cid)
-        assert (shown["title"], shown["title_source"]) == ("Q3 budget by team", "generated")
-        [request] = scripted_provider.title_requests
-        assert "User:\nFiles: q3-budget.csv\n" in _exchange(request)
-        assert "The ops team spent 1,200 in Q3." in _exchange(request)
+    # The page titles such a chat with the file's name until the reply (it has no first line).
+    cid = await chat.create("q3-budget.csv", generate_title=True)
+    attachment = await upload_ok(
+        chat.client, "q3-budget.csv", b"team,amount\nops,1200\n", conversation_id=cid
+    )
+    scripted_provider.script(text("The ops team spent 1,200 in Q3."))
+    scripted_provider.script_titles(text("Q3 budget by team"))
+    reply = await assistant_reply(chat.client, cid, "", attachment_ids=[attachment["id"]])
+    assert reply["status"] == "completed"
+    assert await chat.title(cid) == ("Q3 budget by team", "generated")
+    [request] = scripted_provider.title_requests
+    assert "User:\nFiles: q3-budget.csv\n" in _exchange(request)
+    assert "The ops team spent 1,200 in Q3." in _exchange(request)
 
 
 async def test_a_conversation_with_a_title_of_its_own_is_never_renamed(
-    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
+    chat: Chat, scripted_provider: ScriptedProvider
 ) -> None:
-    async with open_chat() as chat:
-        cid = await chat.create("Quarterly numbers")
-        await chat.send(cid, "Summarize the quarter")
-        shown = await chat.shown(cid)
-        assert (shown["title"], shown["title_source"]) == ("Quarterly numbers", "user")
-        assert scripted_provider.title_requests == []
+    cid = await chat.create("Quarterly numbers")
+    await chat.send(cid, "Summarize the quarter")
+    assert await chat.title(cid) == ("Quarterly numbers", "user")
+    assert scripted_provider.title_requests == []
 
 
-async def test_a_rename_during_the_title_call_wins(
-    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
-) -> None:
-    async with open_chat() as chat:
-        cid = await chat.create("first line", generate_title=True)
-        scripted_provider.script_titles(Reply(text="Generated name", first_token_delay=1.0))
-        await chat.send(cid, "first line")
-        await _until(lambda: scripted_provider.title_requests)
-        renamed = await chat.client.patch(f"/api/conversations/{cid}", json={"title": "My own name"})
-        assert renamed.json()["title_source"] == "user"
-        shown = await chat.shown(cid)
-        assert (shown["title"], shown["title_source"]) == ("My own name", "user")
+async def test_a_rename_during_the_title_call_wins(chat: Chat, scripted_provider: ScriptedProvider) -> None:
+    cid = await chat.create("first line", generate_title=True)
+    scripted_provider.script_titles(Reply(text="Generated name", first_token_delay=1.0))
+    await chat.send(cid, "first line")
+    await _until(lambda: scripted_provider.title_requests)
+    renamed = await chat.client.patch(f"/api/conversations/{cid}", json={"title": "My own name"})
+    assert renamed.json()["title_source"] == "user"
+    assert await chat.title(cid) == ("My own name", "user")
 
 
 async def test_a_failed_title_call_keeps_the_first_line_and_the_next_reply_tries_again(
-    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
+    chat: Chat, scripted_provider: ScriptedProvider
 ) -> None:
-    async with open_chat() as chat:
-        cid = await chat.create("Why is the build red", generate_title=True)
-        scripted_provider.script_titles(
-            # A 400 (the client retries no 400), then an answer that cleans to nothing.
-            http_error(400),
-            text("```\n\n```"),
-            text("Red build"),
-        )
-        await chat.send(cid, "Why is the build red")
-        assert (await chat.shown(cid))["title"] == "Why is the build red"
-        await chat.send(cid, "It fails in the linter")  # an answer with nothing left: no title
-        assert (await chat.shown(cid))["title_source"] == "fallback"
-        await chat.send(cid, "Still red")
-        shown = await chat.shown(cid)
-        assert (shown["title"], shown["title_source"]) == ("Red build", "generated")
-        assert len(scripted_provider.title_requests) == 3
+    cid = await chat.create("Why is the build red", generate_title=True)
+    scripted_provider.script_titles(
+        # A 400 (the client retries no 400), then an answer that cleans to nothing.
+        http_error(400),
+        text("```\n\n```"),
+        text("Red build"),
+    )
+    await chat.send(cid, "Why is the build red")
+    assert (await chat.shown(cid))["title"] == "Why is the build red"
+    await chat.send(cid, "It fails in the linter")  # an answer with nothing left: no title
+    assert (await chat.shown(cid))["title_source"] == "fallback"
+    await chat.send(cid, "Still red")
+    assert await chat.title(cid) == ("Red build", "generated")
+    assert len(scripted_provider.title_requests) == 3
 
 
 async def test_a_long_first_message_costs_a_bounded_title_call(
-    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
+    chat: Chat, scripted_provider: ScriptedProvider
 ) -> None:
-    async with open_chat() as chat:
-        cid = await chat.create("logs", generate_title=True)
-        scripted_provider.script(text("reply " * 3000))
-        await chat.send(cid, "line of a long log\n" * 5000)
-        await chat.shown(cid)
-        [request] = scripted_provider.title_requests
-        assert TiktokenText().count(_exchange(request)) <= 2 * TITLE_INPUT_TOKENS + 16
+    cid = await chat.create("logs", generate_title=True)
+    scripted_provider.script(text("reply " * 3000))
+    await chat.send(cid, "line of a long log\n" * 5000)
+    await chat.shown(cid)
+    [request] = scripted_provider.title_requests
+    assert TiktokenText().count(_exchange(request)) <= 2 * TITLE_INPUT_TOKENS + 16
 
 
 async def test_with_generated_titles_off_the_first_line_stays(
-    open_chat: Callable[..., AbstractAsyncContextManager[Chat]], scripted_provider: ScriptedProvider
+    open_chat: OpenChat, scripted_provider: ScriptedProvider
 ) -> None:
     async with open_chat(generated_titles=False) as chat:
         cid = await chat.create("just this", generate_title=True)
         await chat.send(cid, "just this")
-        shown = await chat.shown(cid)
-        assert (shown["title"], shown["title_source"]) == ("just this", "user")
+        assert await chat.title(cid) == ("just this", "user")
         assert scripted_provider.title_requests == []
 
 
