@@ -48,6 +48,11 @@ def _turn_span(recorded: Recorded, turn_id: int) -> Any:
     return span
 
 
+def _under(recorded: Recorded, parent: Any, name: str) -> list[Any]:
+    """The finished spans named `name` whose parent is `parent`."""
+    return [s for s in children(recorded.finished_spans(), parent) if s.name == name]
+
+
 async def test_a_turn_is_one_span_with_a_genai_span_per_model_call_and_a_span_per_tool_call(
     telemetry: Recorded, scripted_provider: ScriptedProvider, make_shell: MakeShell
 ) -> None:
@@ -131,7 +136,7 @@ async def test_a_stopped_turn_ends_its_model_call_span_as_cancelled(
             stop.set()
 
     turn = _turn_span(telemetry, 111)
-    (call,) = [s for s in children(telemetry.finished_spans(), turn) if s.name == "chat gpt-4o"]
+    (call,) = _under(telemetry, turn, "chat gpt-4o")
     assert call.attributes["error.type"] == "cancelled"
     assert call.status.status_code.name != "ERROR"
     assert tally.grown() == {"cancelled": 1}
@@ -171,7 +176,7 @@ async def test_a_provider_overflow_is_counted_and_its_model_call_span_failed(
     assert grown["overflows"] >= 1
     assert grown["failed_calls"] >= 1
     turn = _turn_span(telemetry, 106)
-    failed = [s for s in children(telemetry.finished_spans(), turn) if s.name == "chat gpt-4o"]
+    failed = _under(telemetry, turn, "chat gpt-4o")
     assert failed and all(s.status.status_code.name == "ERROR" for s in failed)
     assert {s.attributes["error.type"] for s in failed} == {"context_overflow"}
 
@@ -232,13 +237,11 @@ async def test_a_completed_summary_compaction_is_a_span_event_and_counted(
 
     turn = _turn_span(telemetry, 108)
     # The summarizer's calls are model-call spans of the turn too, counted apart from answers.
-    calls = [s for s in children(telemetry.finished_spans(), turn) if s.name == "chat gpt-4o"]
+    calls = _under(telemetry, turn, "chat gpt-4o")
     purposes = [call.attributes["chat_shell.call.purpose"] for call in calls]
     assert purposes.count("answer") == 1 and purposes.count("summary") >= 1
     assert tally.grown() == {"completed": 1, "summary_calls": purposes.count("summary")}
-    (compaction,) = [
-        s for s in children(telemetry.finished_spans(), turn) if s.name == "compaction summary_compact"
-    ]
+    (compaction,) = _under(telemetry, turn, "compaction summary_compact")
     assert compaction.attributes["chat_shell.compaction.tokens_saved"] > 0
     # The compactor's own span event, on the turn span that is current while it runs.
     (event,) = events_named(turn, "context_protection.summary_compact")
@@ -258,9 +261,7 @@ async def test_a_summary_compaction_fallback_is_counted_with_its_reason(
 
     assert tally.grown() == {"fallbacks": 1}
     turn = _turn_span(telemetry, 109)
-    (compaction,) = [
-        s for s in children(telemetry.finished_spans(), turn) if s.name == "compaction summary_compact"
-    ]
+    (compaction,) = _under(telemetry, turn, "compaction summary_compact")
     assert compaction.status.status_code.name == "ERROR"
     assert compaction.attributes["chat_shell.compaction.failure_reason"]
 
