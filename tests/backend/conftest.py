@@ -16,6 +16,7 @@ from backend.settings import Settings
 from tests.support import databases
 from tests.support.api import signed_in
 from tests.support.modes import open_modes  # noqa: F401  (fixture for the tests comparing the modes)
+from tests.support.processes import Fleet, shared_env
 from tests.support.scripted_provider import ScriptedProvider
 from tests.support.servers import PrivateRedis, private_redis_server, serve
 
@@ -73,3 +74,26 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     """A Redis of this test alone, so stopping it mid-turn touches nothing else."""
     with private_redis_server(tmp_path) as server:
         yield server
+
+
+MakeFleet = Callable[..., Fleet]
+
+
+@pytest.fixture
+def make_fleet(
+    postgres_url: str, tmp_path: Path, scripted_provider: ScriptedProvider, private_redis: PrivateRedis
+) -> Iterator[MakeFleet]:
+    """Makes the test's fleet of backend processes, with the settings given on top of the shared
+    ones (an emptied PostgreSQL database, this test's Redis); its processes stop at the test's end."""
+    made: list[Fleet] = []
+
+    def make(**extra: str) -> Fleet:
+        env = shared_env(
+            postgres_url, tmp_path / "data", scripted_provider.base_url, private_redis.url, **extra
+        )
+        made.append(Fleet(env, tmp_path))
+        return made[-1]
+
+    yield make
+    for fleet in made:
+        fleet.stop()

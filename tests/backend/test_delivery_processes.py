@@ -12,11 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.api import new_user, wait_status
-from tests.support.processes import ROOT, BackendProcess, backend_env, shared_env
+from tests.backend.conftest import MakeFleet
+from tests.support.api import new_user, signed_in, signed_in_on_both, started_turn, wait_status
+from tests.support.processes import ROOT, BackendProcess, backend_env
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import PrivateRedis, free_port
-from tests.support.sse import Received, read_stream
+from tests.support.sse import Received, gapless, read_stream
 
 LONG = " ".join(f"token{n}" for n in range(400))
 FALLBACK_POLL_SECONDS = 30
@@ -67,44 +68,19 @@ OnBoth = tuple[httpx.AsyncClient, httpx.AsyncClient]
 
 
 @pytest.fixture
-async def replicas(
-    postgres_url: str, tmp_path: Path, scripted_provider: ScriptedProvider, private_redis: PrivateRedis
-) -> AsyncIterator[tuple[BackendProcess, BackendProcess]]:
+async def on_both(make_fleet: MakeFleet) -> AsyncIterator[OnBoth]:
+    """A new user's session, as a client of each of two replicas."""
     # The streams' fallback re-read of the log is made long: what arrives sooner came through Redis.
-    env = shared_env(
-        postgres_url,
-        tmp_path / "data",
-        scripted_provider.base_url,
-        private_redis.url,
-        CHAT_SHELL_STREAM_LOG_POLL_SECONDS=str(FALLBACK_POLL_SECONDS),
-    )
-    a = BackendProcess(env, tmp_path / "a.log")
-    b = BackendProcess(env, tmp_path / "b.log")
-    await asyncio.gather(asyncio.to_thread(a.start), asyncio.to_thread(b.start))
-    yield a, b
-    a.stop()
-    b.stop()
-
-
-@pytest.fixture
-async def on_both(replicas: tuple[BackendProcess, BackendProcess]) -> AsyncIterator[OnBoth]:
-    """A new user's session, as a client of each replica."""
-    a, b = replicas
-    on_a = await new_user(a.base_url, "roamer")
-    on_b = httpx.AsyncClient(base_url=b.base_url, cookies=on_a.cookies, headers=on_a.headers, timeout=30)
-    try:
-        yield on_a, on_b
-    finally:
-        await on_a.aclose()
-        await on_b.aclose()
+    fleet = make_fleet(CHAT_SHELL_STREAM_LOG_POLL_SECONDS=str(FALLBACK_POLL_SECONDS))
+    a, b = await asyncio.gather(fleet.web("a"), fleet.web("b"))
+    async with signed_in_on_both(a.base_url, b.base_url, "roamer") as clients:
+        yield clients
 
 
 async def _long_turn(client: httpx.AsyncClient, provider: ScriptedProvider, token_delay: float) -> int:
     """A new conversation whose turn streams `LONG`, started through `client`."""
     provider.script(text(LONG, token_delay=token_delay))
-    cid = (await client.post("/api/conversations", json={"title": "replicas"})).json()["id"]
-    await client.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
-    return cid
+    return await started_turn(client, "go", title="replicas")
 
 
 async def test_a_client_on_another_replica_follows_resumes_and_stops_the_turn(
@@ -116,8 +92,7 @@ async def test_a_client_on_another_replica_follows_resumes_and_stops_the_turn(
     assert refused.status_code == 409
     head = await read_stream(on_b, cid, stop_after=15)
     tail = await read_stream(on_b, cid, last_event_id=head.events[-1].id)
-    events = head.events + tail.events
-    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    gapless(head, tail)
     stored = await wait_status(on_b, cid, {"completed"})
     assert head.text + tail.text == stored["result"]["value"] == LONG
 
@@ -140,8 +115,7 @@ async def test_losing_redis_mid_turn_loses_nothing(
     private_redis.kill()  # Redis goes away mid-turn
     read = await asyncio.wait_for(reading, 60)
     stored = await wait_status(on_a, cid, {"completed"})
-    assert read.text == stored["result"]["value"] == LONG
-    assert [e.seq for e in read.events] == list(range(1, len(read.events) + 1))
+    assert gapless(read).text == stored["result"]["value"] == LONG
 
 
 async def _arrivals(client: httpx.AsyncClient, cid: int) -> dict[int, float]:
@@ -164,8 +138,7 @@ async def test_live_events_reach_another_replica_through_redis_without_delay(
     turn) does; with the log's fallback re-read 30 s apart, only Redis can carry them that fast."""
     on_a, on_b = on_both
     scripted_provider.script(text(LONG, token_delay=0.01))
-    cid = (await on_a.post("/api/conversations", json={"title": "fan-out"})).json()["id"]
-    await on_a.post(f"/api/conversations/{cid}/messages", json={"content": "go"})
+    cid = await started_turn(on_a, "go", title="fan-out")
     on_a_times, on_b_times = await asyncio.gather(_arrivals(on_a, cid), _arrivals(on_b, cid))
     assert on_a_times.keys() == on_b_times.keys()
     # Events already in the log when B subscribed arrive in its first read; the rest are live.
@@ -208,21 +181,13 @@ def test_several_workers_refuse_sqlite_with_the_fix(sqlite_url: str, tmp_path: P
 
 @pytest.mark.deep
 async def test_several_workers_on_postgres_and_redis_share_turns_and_stops(
-    postgres_url: str,
-    tmp_path: Path,
-    scripted_provider: ScriptedProvider,
-    private_redis: PrivateRedis,
+    make_fleet: MakeFleet, scripted_provider: ScriptedProvider
 ) -> None:
-    env = shared_env(postgres_url, tmp_path / "data", scripted_provider.base_url, private_redis.url)
-    server = await asyncio.to_thread(BackendProcess(env, tmp_path / "workers.log", "--workers", "2").start)
-    client = await new_user(server.base_url, "crowd")
-    try:
+    server = await make_fleet().web("workers", "--workers", "2")
+    async with signed_in(server.base_url, "crowd") as client:
         cid = await _long_turn(client, scripted_provider, 0.03)
         head = await read_stream(client, cid, stop_after=5)
         assert [e.seq for e in head.events] == [1, 2, 3, 4, 5]
         assert (await client.post(f"/api/conversations/{cid}/stop")).status_code == 202
         cancelled = await wait_status(client, cid, {"cancelled"}, within=15)
         assert cancelled["result"]["value"].startswith(head.text)
-    finally:
-        await client.aclose()
-        server.stop()

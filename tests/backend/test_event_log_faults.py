@@ -30,7 +30,7 @@ from tests.support.api import login, new_user
 from tests.support.scripted_provider import ScriptedProvider
 from tests.support.scripted_provider import text as reply
 from tests.support.servers import serve
-from tests.support.sse import StreamRead, read_stream
+from tests.support.sse import StreamRead, gapless, read_stream
 
 LONG = " ".join(f"word{n}" for n in range(400))
 
@@ -87,8 +87,7 @@ async def _start_long_turn(client: httpx.AsyncClient, provider: ScriptedProvider
 async def _ended_failed_with_what_was_shown(client: httpx.AsyncClient, cid: int, head: StreamRead) -> str:
     """The rest of the stream ends `failed`; the stored reply is exactly the text streamed."""
     tail = await asyncio.wait_for(read_stream(client, cid, last_event_id=head.events[-1].id), 30)
-    events = head.events + tail.events
-    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    gapless(head, tail)
     assert tail.terminal is not None and tail.terminal.event == "turn.failed", tail.events[-3:]
     assert tail.terminal.data["code"] == "event_log_failed"
     shown = head.text + tail.text

@@ -59,6 +59,22 @@ async def signed_in(base_url: str, username: str) -> AsyncIterator[httpx.AsyncCl
         await client.aclose()
 
 
+@asynccontextmanager
+async def signed_in_on_both(
+    base_url: str, other_url: str, username: str
+) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    """A new user's session as a client of each of two processes (its cookie and CSRF header
+    sent to both); both closed on exit."""
+    async with signed_in(base_url, username) as client:
+        other = httpx.AsyncClient(
+            base_url=other_url, cookies=client.cookies, headers=client.headers, timeout=30
+        )
+        try:
+            yield client, other
+        finally:
+            await other.aclose()
+
+
 async def assistant_reply(
     client: httpx.AsyncClient, conversation_id: int, content: str, attachment_ids: Sequence[int] = ()
 ) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -168,3 +169,43 @@ def shared_env(
 
     _off_loop(lambda: databases.truncate_all(postgres_url))
     return backend_env(postgres_url, data_dir, provider_url, CHAT_SHELL_REDIS_URL=redis_url, **extra)
+
+
+class Fleet:
+    """The processes of one test, all on one database and one Redis; stopped at its end."""
+
+    def __init__(self, env: dict[str, str], logs: Path) -> None:
+        self.env = env
+        self._logs = logs
+        self._started: list[BackendProcess] = []
+        self._workers: dict[str, BackendProcess] = {}
+
+    async def web(self, name: str, *args: str, **extra: str) -> BackendProcess:
+        process = BackendProcess({**self.env, **extra}, self._logs / f"{name}.log", *args)
+        self._started.append(process)
+        return await asyncio.to_thread(process.start)
+
+    async def worker(self, name: str, *args: str, **extra: str) -> BackendProcess:
+        process = WorkerProcess({**self.env, **extra}, self._logs / f"{name}.log", *args)
+        self._started.append(process)
+        self._workers[name] = process
+        return await asyncio.to_thread(process.start)
+
+    async def workers(self, *names: str, **extra: str) -> list[BackendProcess]:
+        return list(await asyncio.gather(*(self.worker(name, **extra) for name in names)))
+
+    def running(self, turn_id: int) -> BackendProcess:
+        """The live worker that took the turn (each logs the jobs it starts)."""
+        taken = f"turn_id={turn_id})"
+        for name, worker in self._workers.items():
+            lines = self.log(name).splitlines()
+            if worker.alive and any("Starting job run_turn" in line and taken in line for line in lines):
+                return worker
+        raise AssertionError(f"no live worker took turn {turn_id}")
+
+    def log(self, name: str) -> str:
+        return (self._logs / f"{name}.log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        for process in self._started:
+            process.stop()

@@ -81,3 +81,11 @@ async def read_stream(
             ):
                 break
     return StreamRead(200, events)
+
+
+def gapless(*reads: StreamRead) -> StreamRead:
+    """A stream read and the reads that resumed it (each after the last event of the one
+    before) as one; fails unless its events are numbered from 1 with no gap and no repeat."""
+    events = [event for read in reads for event in read.events]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1)), [e.id for e in events]
+    return StreamRead(reads[-1].status, events)
