@@ -42,7 +42,7 @@ def numbered(count: int) -> list[dict]:
 
 
 # The most messages the page holds at once: a window around the view (issue 35).
-WINDOW = 160
+WINDOW = 80
 DRAWN_IDS = "() => [...document.querySelectorAll('#messages > .msg')].map((m) => Number(m.dataset.messageId))"
 FIRST_IN_VIEW = """el => {
   const top = el.getBoundingClientRect().top;

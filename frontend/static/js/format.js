@@ -2,7 +2,17 @@
 // locale (Intl), the units as the page has always written them.
 import { locale, t } from "./i18n.js";
 
-const decimal = (digits) => new Intl.NumberFormat(locale, { minimumFractionDigits: digits, maximumFractionDigits: digits });
+// An Intl formatter is costly to build (its ICU data and patterns), and the transcript formats
+// the time of every message it draws: each kind is built once and kept.
+const formatters = new Map();
+
+function formatter(kind, make) {
+  if (!formatters.has(kind)) formatters.set(kind, make());
+  return formatters.get(kind);
+}
+
+const decimal = (digits) =>
+  formatter(`decimal ${digits}`, () => new Intl.NumberFormat(locale, { minimumFractionDigits: digits, maximumFractionDigits: digits }));
 
 export function formatBytes(bytes) {
   if (bytes < 1024) return t("{value} B", { value: decimal(0).format(bytes) });
@@ -12,7 +22,8 @@ export function formatBytes(bytes) {
 }
 
 // Token counts are short: 950, 4.1k, 312k, 1.25M (CJK locales write 4100 and 31万 instead).
-const compact = (digits) => new Intl.NumberFormat(locale, { notation: "compact", maximumFractionDigits: digits, minimumFractionDigits: digits });
+const compact = (digits) =>
+  formatter(`compact ${digits}`, () => new Intl.NumberFormat(locale, { notation: "compact", maximumFractionDigits: digits, minimumFractionDigits: digits }));
 
 export function formatTokens(tokens) {
   if (tokens == null) return "—";
@@ -30,18 +41,17 @@ export function formatDecimal(value, digits) {
 }
 
 export function formatInt(value) {
-  return value == null ? "—" : Number(value).toLocaleString(locale);
+  return value == null ? "—" : formatter("int", () => new Intl.NumberFormat(locale)).format(Number(value));
 }
 
 // A whole percent ("42%"; some locales put the sign first or apart).
 export function formatPercent(value) {
-  return new Intl.NumberFormat(locale, { style: "percent", maximumFractionDigits: 0 }).format(value / 100);
+  return formatter("percent", () => new Intl.NumberFormat(locale, { style: "percent", maximumFractionDigits: 0 })).format(value / 100);
 }
 
 export function formatTime(iso) {
   if (!iso) return "";
-  const date = new Date(iso);
-  return date.toLocaleString(locale, { dateStyle: "medium", timeStyle: "short" });
+  return formatter("time", () => new Intl.DateTimeFormat(locale, { dateStyle: "medium", timeStyle: "short" })).format(new Date(iso));
 }
 
 // A conversation's title from its first message: the first line that has words, without the

@@ -9,8 +9,8 @@ import { t } from "./i18n.js";
 import { AssistantView, UserView } from "./message-views.js";
 
 // The most messages in the page, and how many scrolling draws (and takes off) at a time.
-const WINDOW = 160;
-const STEP = 40;
+const WINDOW = 80;
+const STEP = 20;
 // How near an edge of the drawn messages (px) the view comes before the next ones are drawn.
 const MARGIN = 400;
 // Views that stay while out of the window, the page still changing them: a reply being written
