@@ -1,7 +1,7 @@
 """Delivery when Redis misbehaves, in one process or two sharing a database: a Redis that
 accepts connections and never answers stalls neither the event writer nor other turns, and a
 stop is stored before it is acknowledged (refused only when it can be neither stored nor
-broadcast)."""
+broadcast). A turn's stream on Redis always expires."""
 
 from __future__ import annotations
 
@@ -9,13 +9,16 @@ import asyncio
 from collections.abc import Callable
 
 import httpx
+import redis.asyncio as aioredis
 
 from backend.app import create_app
+from backend.services.delivery.broker import RedisBroker
+from backend.services.delivery.event_log import StoredEvent
 from backend.settings import Settings
 from tests.support.api import new_user
 from tests.support.scripted_provider import ScriptedProvider
 from tests.support.scripted_provider import text as reply
-from tests.support.servers import serve, silent_tcp_server
+from tests.support.servers import PrivateRedis, serve, silent_tcp_server
 from tests.support.sse import read_stream
 
 ANSWER = " ".join(f"piece{n}" for n in range(150))
@@ -32,6 +35,38 @@ async def _wait_status(client: httpx.AsyncClient, cid: int, wanted: str, within:
         assert asyncio.get_running_loop().time() < deadline, f"still {last['status']}"
         await asyncio.sleep(0.05)
     return last
+
+
+async def test_every_turn_stream_on_redis_carries_its_events_and_expires(private_redis: PrivateRedis) -> None:
+    """An operator's Redis keeps no turn's stream forever: each batch sent refreshes the expiry
+    of every turn it carries, whatever the number of its events."""
+
+    async def runs_no_turn(turn_id: int) -> bool:
+        return False
+
+    async def decides_nothing(turn_id: int, call_id: str, allow: bool) -> bool | None:
+        return None
+
+    broker = RedisBroker(private_redis.url)
+    await broker.start(runs_no_turn, decides_nothing)
+    redis = aioredis.Redis.from_url(private_redis.url)
+    try:
+        events = [
+            StoredEvent(turn, seq, "message.delta", {"text": f"{turn}.{seq}"})
+            for seq in (1, 2, 3)
+            for turn in (7, 8)
+        ]
+        await broker.publish(events)
+        deadline = asyncio.get_running_loop().time() + 5
+        keys = [RedisBroker.stream_key(turn) for turn in (7, 8)]
+        while [await redis.xlen(key) for key in keys] != [3, 3]:
+            assert asyncio.get_running_loop().time() < deadline, "the events never reached Redis"
+            await asyncio.sleep(0.02)
+        for key in keys:
+            assert 0 < await redis.ttl(key) <= RedisBroker.STREAM_TTL_SECONDS
+    finally:
+        await redis.aclose()
+        await broker.stop()
 
 
 async def test_a_hanging_redis_stalls_no_turn_and_a_stop_still_stops(

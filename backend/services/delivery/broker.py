@@ -193,10 +193,14 @@ class RedisBroker(LocalBroker):
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_SECONDS):
                 async with self._redis.pipeline(transaction=False) as pipe:
+                    keys: dict[str, None] = {}
                     for event in events:
                         payload = json.dumps({"seq": event.seq, "event": event.event, "data": event.data})
                         key = self.stream_key(event.turn_id)
                         pipe.xadd(key, {"e": payload}, maxlen=self.STREAM_MAXLEN)
+                        keys[key] = None
+                    # One expiry per turn in the batch, after its events: half the commands.
+                    for key in keys:
                         pipe.expire(key, self.STREAM_TTL_SECONDS)
                     await pipe.execute()
         except (RedisError, OSError, TimeoutError):
