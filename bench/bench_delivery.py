@@ -23,7 +23,8 @@ each process's CPU share and the replies one core of each carries; then, with th
 capacity (`CHAT_SHELL_TURN_CAPACITY`) set to the largest level that met the targets, twice
 that many clients ask at once: the admitted replies must keep the targets while the rest are
 refused with 503 and ask again after its Retry-After, as the page does.
-`--quick`: 100-token turns, the 20-turn load and a shorter sweep on each.
+`--quick`: 100-token turns, the 20-turn load and a shorter sweep on each. `--levels 60`: only
+those concurrencies in each sweep (with `--split-only`, a short look at one load level).
 """
 
 from __future__ import annotations
@@ -402,11 +403,10 @@ def _split(
 
 
 def _production_shape(
-    postgres: str, provider_url: str, provider: psutil.Process, tokens: int, quick: bool, work: Path
+    postgres: str, provider_url: str, provider: psutil.Process, tokens: int, levels: list[int], work: Path
 ) -> None:
     print("== PostgreSQL and Redis: one web process, one worker ==")
     with private_redis_server(work) as redis:
-        levels = QUICK_SPLIT_LEVELS if quick else SPLIT_LEVELS
         with _split(postgres, redis.url, provider_url, work / "split") as backends:
             best = asyncio.run(_capacity(backends, provider, tokens, levels))
         capacity = best or levels[0]
@@ -420,10 +420,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--turns", type=int, default=None)
     parser.add_argument("--split-only", action="store_true", help="only the production shape's sweep")
+    parser.add_argument("--levels", type=int, nargs="+", help="the concurrencies of every sweep")
     args = parser.parse_args()
     turns = args.turns or (20 if args.quick else 200)
     tokens = 100 if args.quick else 500
-    levels = QUICK_CAPACITY_LEVELS if args.quick else CAPACITY_LEVELS
+    levels = args.levels or (QUICK_CAPACITY_LEVELS if args.quick else CAPACITY_LEVELS)
     with tempfile.TemporaryDirectory() as directory:
         work = Path(directory)
         provider_port = free_port()
@@ -451,7 +452,8 @@ def main() -> None:
                         if not args.quick:
                             _print_load(asyncio.run(_load([backend], provider_process, turns, tokens)))
                         asyncio.run(_capacity([backend], provider_process, tokens, levels))
-                _production_shape(postgres, provider_url, provider_process, tokens, args.quick, work)
+                split_levels = args.levels or (QUICK_SPLIT_LEVELS if args.quick else SPLIT_LEVELS)
+                _production_shape(postgres, provider_url, provider_process, tokens, split_levels, work)
         finally:
             provider.terminate()
             provider.wait()
