@@ -30,7 +30,7 @@ T = TypeVar("T")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With pytest-xdist (`scripts/test.sh` runs two workers, `--dist loadgroup`), the tests of
+    """With pytest-xdist (`scripts/test.sh` runs three workers, `--dist loadgroup`), the tests of
     one heavy shared resource run on one worker: the browser stack with its Chromium, and the
     local model's server (two of them would share the cores the model needs). Tests marked
     `deep` run only with CHAT_SHELL_DEEP=1; the default suite keeps a smaller sample of each."""
