@@ -29,18 +29,42 @@ DEEP = os.environ.get("CHAT_SHELL_DEEP", "") == "1"
 T = TypeVar("T")
 
 
+# The browser tests are split into this many groups, each on one worker with its own stack and
+# Chromium: as one group they ran on one worker for most of the suite's wall time.
+BROWSER_GROUPS = 2
+
+
+def _browser_groups(items: list[pytest.Item]) -> dict[str, str]:
+    """Each browser test module's group: the modules, most tests first, each to the group with
+    the fewest tests so far (a module's tests share its browser, so they stay together)."""
+    counts: dict[str, int] = {}
+    for item in items:
+        if item.get_closest_marker("browser") is not None:
+            counts[item.module.__name__] = counts.get(item.module.__name__, 0) + 1
+    sizes = [0] * BROWSER_GROUPS
+    groups: dict[str, str] = {}
+    for module, count in sorted(counts.items(), key=lambda entry: (-entry[1], entry[0])):
+        lightest = sizes.index(min(sizes))
+        sizes[lightest] += count
+        groups[module] = f"browser-{lightest}"
+    return groups
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """With pytest-xdist (`scripts/test.sh` runs three workers, `--dist loadgroup`), the tests of
-    one heavy shared resource run on one worker: the browser stack with its Chromium, and the
-    local model's server (two of them would share the cores the model needs). Tests marked
-    `deep` run only with CHAT_SHELL_DEEP=1; the default suite keeps a smaller sample of each."""
+    one heavy shared resource run on one worker: the local model's server (two of them would
+    share the cores the model needs), and each group of browser test modules with its stack and
+    Chromium. Tests marked `deep` run only with CHAT_SHELL_DEEP=1; the default suite keeps a
+    smaller sample of each."""
     skip_deep = pytest.mark.skip(reason="deep mode only: CHAT_SHELL_DEEP=1 (make test-deep)")
+    browser_groups = _browser_groups(items)
     for item in items:
         if not DEEP and item.get_closest_marker("deep") is not None:
             item.add_marker(skip_deep)
-        for marker in ("browser", "local_model"):
-            if item.get_closest_marker(marker) is not None:
-                item.add_marker(pytest.mark.xdist_group(marker))
+        if item.get_closest_marker("browser") is not None:
+            item.add_marker(pytest.mark.xdist_group(browser_groups[item.module.__name__]))
+        elif item.get_closest_marker("local_model") is not None:
+            item.add_marker(pytest.mark.xdist_group("local_model"))
 
 
 @pytest.fixture(scope="session", autouse=True)
