@@ -22,11 +22,11 @@ CHAT_SHELL_LOCAL_MODEL=qwen2.5-coder-1.5b .venv/bin/chat-shell local-model insta
 lint_log="$(mktemp)"
 bash scripts/lint.sh >"$lint_log" 2>&1 &
 lint_pid=$!
-# Four workers by default on CI's 2 cores: much of a test is waiting (on a stream, a process
-# starting, a browser), so two more workers fill that time. CHAT_SHELL_TEST_WORKERS=0 runs in one
+# Three workers by default on CI's 2 cores: much of a test is waiting (on a stream, a process
+# starting, a browser), so a third worker fills that time. CHAT_SHELL_TEST_WORKERS=0 runs in one
 # process. The slowest tests are listed, so the default suite's budget (12 min) stays in view.
 status=0
-.venv/bin/python -m pytest -n "${CHAT_SHELL_TEST_WORKERS:-4}" --dist loadgroup --durations=25 "$@" || status=$?
+.venv/bin/python -m pytest -n "${CHAT_SHELL_TEST_WORKERS:-3}" --dist loadgroup --durations=25 "$@" || status=$?
 lint_status=0
 wait "$lint_pid" || lint_status=$?
 echo "==> lint (ruff, format, mypy)"

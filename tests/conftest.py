@@ -51,7 +51,7 @@ def _browser_groups(items: list[pytest.Item]) -> dict[str, str]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With pytest-xdist (`scripts/test.sh` runs four workers, `--dist loadgroup`), the tests of
+    """With pytest-xdist (`scripts/test.sh` runs three workers, `--dist loadgroup`), the tests of
     one heavy shared resource run on one worker: the local model's server (two of them would
     share the cores the model needs), and each group of browser test modules with its stack and
     Chromium. Tests marked `deep` run only with CHAT_SHELL_DEEP=1; the default suite keeps a
