@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,10 +38,7 @@ BROWSER_GROUPS = 2
 def _browser_groups(items: list[pytest.Item]) -> dict[str, str]:
     """Each browser test module's group: the modules, most tests first, each to the group with
     the fewest tests so far (a module's tests share its browser, so they stay together)."""
-    counts: dict[str, int] = {}
-    for item in items:
-        if item.get_closest_marker("browser") is not None:
-            counts[item.module.__name__] = counts.get(item.module.__name__, 0) + 1
+    counts = Counter(item.module.__name__ for item in items if item.get_closest_marker("browser") is not None)
     sizes = [0] * BROWSER_GROUPS
     groups: dict[str, str] = {}
     for module, count in sorted(counts.items(), key=lambda entry: (-entry[1], entry[0])):

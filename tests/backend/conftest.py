@@ -16,7 +16,7 @@ from backend.settings import Settings
 from tests.support import databases
 from tests.support.api import signed_in
 from tests.support.modes import open_modes  # noqa: F401  (fixture for the tests comparing the modes)
-from tests.support.processes import Fleet, shared_env
+from tests.support.processes import Fleet, MakeFleet, shared_env
 from tests.support.scripted_provider import ScriptedProvider
 from tests.support.servers import PrivateRedis, private_redis_server, serve
 
@@ -74,9 +74,6 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     """A Redis of this test alone, so stopping it mid-turn touches nothing else."""
     with private_redis_server(tmp_path) as server:
         yield server
-
-
-MakeFleet = Callable[..., Fleet]
 
 
 @pytest.fixture

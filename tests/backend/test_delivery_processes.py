@@ -12,9 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.backend.conftest import MakeFleet
 from tests.support.api import new_user, signed_in, signed_in_on_both, started_turn, wait_status
-from tests.support.processes import ROOT, BackendProcess, backend_env
+from tests.support.processes import ROOT, BackendProcess, MakeFleet, backend_env
 from tests.support.scripted_provider import ScriptedProvider, text
 from tests.support.servers import PrivateRedis, free_port
 from tests.support.sse import Received, gapless, read_stream

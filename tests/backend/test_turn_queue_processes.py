@@ -15,10 +15,9 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.backend.conftest import MakeFleet
 from tests.support.api import signed_in, signed_in_on_both, started_turn, wait_status
 from tests.support.mcp_servers import stdio_server
-from tests.support.processes import BackendProcess, Fleet
+from tests.support.processes import BackendProcess, Fleet, MakeFleet
 from tests.support.scripted_provider import ScriptedProvider, text, tool_call
 from tests.support.servers import PrivateRedis
 from tests.support.sse import StreamRead, gapless, read_stream

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -209,3 +209,8 @@ class Fleet:
     def stop(self) -> None:
         for process in self._started:
             process.stop()
+
+
+# What the `make_fleet` fixture gives (tests/backend/conftest.py): a test's Fleet, made with
+# settings on top of the shared ones.
+MakeFleet = Callable[..., Fleet]
