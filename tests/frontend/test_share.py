@@ -4,8 +4,10 @@ visitor without an account reads the conversation as it was, rendered like the c
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import APIResponse, Browser, Page, Route, expect
 
 from tests.frontend.actions import conversation_actions, send, start, wait_finished
 from tests.frontend.conftest import screenshot
@@ -60,3 +62,36 @@ def test_a_shared_link_reads_without_an_account_until_revoked(
         expect(shared.get_by_role("heading", name="Share link not found")).to_be_visible()
     finally:
         visitor.close()
+
+
+def test_a_link_created_while_the_list_still_loads_stays_listed(
+    page: Page, stack: Stack, username: str
+) -> None:
+    start(page, stack, username)
+    stack.provider.script(text("Noted."))
+    send(page, "Remember this")
+    wait_finished(page)
+    share = conversation_actions(page).get_by_role("button", name="Share")
+    share.click()
+    dialog = page.get_by_role("dialog", name="Share this conversation")
+    dialog.get_by_role("button", name="Create link").click()
+    expect(dialog.get_by_role("textbox", name="Share link")).to_have_count(1)
+    page.keyboard.press("Escape")
+
+    # The list is read before the second link exists and arrives after it is made.
+    held: list[tuple[Route, APIResponse]] = []
+
+    def read_now_deliver_later(route: Route) -> None:
+        if route.request.method == "GET":
+            held.append((route, route.fetch()))
+        else:
+            route.continue_()
+
+    page.route(re.compile(r"/api/conversations/[^/]+/shares$"), read_now_deliver_later)
+    share.click()
+    dialog.get_by_role("button", name="Create link").click()
+    expect(dialog.get_by_role("status")).to_have_text("Link created.")
+    assert len(held) == 1
+    route, stale = held[0]
+    route.fulfill(response=stale)
+    expect(dialog.get_by_role("textbox", name="Share link")).to_have_count(2)

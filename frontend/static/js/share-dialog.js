@@ -37,7 +37,10 @@ export class ShareDialog {
     this.dialog.showModal();
     try {
       const { items } = await api.get(this.base);
-      this.list.replaceChildren(...items.map((link) => this.#row(link)));
+      // A link created while the list loaded stays: the list may have been read before it.
+      const listed = new Set(items.map((link) => link.token));
+      const madeMeanwhile = [...this.list.children].filter((row) => !listed.has(row.dataset.token));
+      this.list.replaceChildren(...items.map((link) => this.#row(link)), ...madeMeanwhile);
     } catch (error) {
       this.status.textContent = t("The links could not be loaded: {message}", { message: error.message });
     }
