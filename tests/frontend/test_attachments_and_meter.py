@@ -87,9 +87,13 @@ def test_drop_a_file_watch_it_upload_and_ask_about_it(page: Page, stack: Stack, 
     expect(extra).to_contain_text("ready")
     extra_id = extra.get_attribute("data-attachment-id")
     assert client.get(f"/api/attachments/{extra_id}").status_code == 200
-    extra.get_by_role("button", name="Remove extra.csv").click()
+    # The chip goes at once and the DELETE after it: wait for that answer ("networkidle" on a
+    # page already loaded returns at once, so it raced the DELETE under load).
+    with page.expect_response(
+        lambda answer: answer.request.method == "DELETE" and f"/api/attachments/{extra_id}" in answer.url
+    ):
+        extra.get_by_role("button", name="Remove extra.csv").click()
     expect(page.locator("#pending-attachments .chip")).to_have_count(0)
-    page.wait_for_load_state("networkidle")
     assert client.get(f"/api/attachments/{extra_id}").status_code == 404
 
 
