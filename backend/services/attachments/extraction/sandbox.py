@@ -42,9 +42,10 @@ UNDETECTED = DetectedType("application/octet-stream", "binary")
 
 _FORKSERVER = multiprocessing.get_context("forkserver")
 # Imported once by the forkserver when it starts (at the first pool's first worker), so a worker
-# is forked ready to parse. multiprocessing still imports the main module in each new worker
-# (for `chat-shell`, the small backend.cli), so main modules keep their top level light.
-_FORKSERVER.set_forkserver_preload([worker.__name__])
+# is forked ready to parse; the parsers (extract.py) by name, since this process never parses.
+# multiprocessing still imports the main module in each new worker (for `chat-shell`, the small
+# backend.cli), so main modules keep their top level light.
+_FORKSERVER.set_forkserver_preload([worker.__name__, "backend.services.attachments.extraction.extract"])
 
 
 class ExtractionSandbox:

@@ -18,7 +18,6 @@ from backend.services.attachments.extraction import (
     Extraction,
     ExtractionLimits,
     detect,
-    extract,
 )
 from backend.services.attachments.extraction.limits import MB
 
@@ -54,6 +53,10 @@ def extract_file(
     limits: ExtractionLimits,
 ) -> Extraction:
     """The file's extraction; its type detected here unless the caller knows it already."""
+    # Preloaded by the forkserver (sandbox.py), so a worker has it; the process that only
+    # schedules tasks never imports the parsers.
+    from backend.services.attachments.extraction.extract import extract
+
     return _bounded(
         lambda: extract(original, detected or detect(original, filename), workdir, max_chars, limits)
     )
