@@ -18,7 +18,7 @@ from backend.app import create_app
 from backend.settings import Settings
 from tests.support import databases
 from tests.support import telemetry as telemetry_support
-from tests.support.api import ROOMY_LIMITS, new_user
+from tests.support.api import ROOMY_LIMITS, loopback_client, new_user
 from tests.support.report_tool import report_tool_offered
 from tests.support.scripted_provider import scripted_provider  # noqa: F401  (fixture for every suite)
 from tests.support.servers import serve
@@ -175,5 +175,5 @@ async def bob(server: str) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 async def anonymous(server: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=server, timeout=30) as client:
+    async with loopback_client(server, timeout=30) as client:
         yield client

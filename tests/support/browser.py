@@ -27,7 +27,7 @@ from backend.models import Conversation, Message, Turn, TurnEvent, TurnStatus, U
 from backend.models.base import utcnow
 from backend.settings import Settings
 from tests.support import databases
-from tests.support.api import PASSWORD, ROOMY_LIMITS
+from tests.support.api import LOOPBACK_TLS, PASSWORD, ROOMY_LIMITS
 from tests.support.scripted_provider import ScriptedProvider
 from tests.support.threaded_server import serve_in_thread
 
@@ -98,7 +98,7 @@ def serve_fresh_stack(sqlite_template: Path, directory: Path, **settings: Any) -
 
 def api_client(base_url: str, username: str, *, register: bool = True) -> httpx.Client:
     """A logged-in API client (session cookie and CSRF header), for setup and checks."""
-    client = httpx.Client(base_url=base_url, timeout=30)
+    client = httpx.Client(base_url=base_url, timeout=30, verify=LOOPBACK_TLS)
     if register:
         response = client.post("/api/auth/register", json={"username": username, "password": PASSWORD})
         assert response.status_code == 201, response.text

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.api import ROOMY_LIMITS
+from tests.support.api import LOOPBACK_TLS, ROOMY_LIMITS
 from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,21 +67,23 @@ class BackendProcess:
             stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if httpx.get(f"{self.base_url}/readyz", timeout=2).status_code == 200:
-                    return True
-            except httpx.TransportError:
-                pass
-            if self._process.poll() is not None:
-                output = self._log_path.read_bytes()[written:].decode(errors="replace")
-                # Taken before the CLI's own check of the port, or between that check and the bind.
-                if "is in use by another program" in output or "address already in use" in output:
-                    return False
-                raise RuntimeError(f"backend exited during startup: {output[-2000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("backend did not become ready")
-            time.sleep(0.1)
+        # One client for the whole poll: a new one per request would load the CA bundle each time.
+        with httpx.Client(verify=LOOPBACK_TLS, timeout=2) as http:
+            while True:
+                try:
+                    if http.get(f"{self.base_url}/readyz").status_code == 200:
+                        return True
+                except httpx.TransportError:
+                    pass
+                if self._process.poll() is not None:
+                    output = self._log_path.read_bytes()[written:].decode(errors="replace")
+                    # Taken before the CLI's own check of the port, or between that check and the bind.
+                    if "is in use by another program" in output or "address already in use" in output:
+                        return False
+                    raise RuntimeError(f"backend exited during startup: {output[-2000:]}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError("backend did not become ready")
+                time.sleep(0.1)
 
     @property
     def pid(self) -> int:
