@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from langchain_core.language_models import LanguageModelInput
-from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
 
@@ -73,30 +71,6 @@ class TracedChatOpenAI(ChatOpenAI):
             if call is not None:
                 call.succeeded(reply)
             return reply
-
-    async def astream(
-        self,
-        input: LanguageModelInput,
-        config: RunnableConfig | None = None,
-        *,
-        stop: list[str] | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[AIMessageChunk]:
-        """Streamed, under one span like `ainvoke`. A caller that stops reading early (a summary
-        cut where it began to loop) ends the call as a success with what it read."""
-        with model_call(self.call_purpose, self.model_name, self.max_tokens, input) as call:
-            whole: AIMessageChunk | None = None
-            # A generator at run time, typed as an iterator by langchain-core.
-            stream = super().astream(input, config, stop=stop, **kwargs)
-            async with aclosing(cast(AsyncGenerator[AIMessageChunk, None], stream)) as chunks:
-                try:
-                    async for chunk in chunks:
-                        whole = chunk if whole is None else whole + chunk
-                        yield chunk
-                except GeneratorExit:
-                    pass
-            if call is not None and whole is not None:
-                call.succeeded(whole)
 
 
 class StringContentChatOpenAI(TracedChatOpenAI):

@@ -1,20 +1,10 @@
-"""The summarizer model call of summary compaction: the turn's provider, streamed so that a
-summary that starts to loop is cut there (`chat_shell.providers.repetition`)."""
+"""The summarizer model call of summary compaction: the turn's provider, non-streaming."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
-from typing import cast
-
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, BaseMessageChunk
+from langchain_core.messages import BaseMessage
 from langgraph.constants import TAG_NOSTREAM
-
-from chat_shell.providers.repetition import loop_start
-
-log = logging.getLogger(__name__)
 
 
 class ModelSummarizer:
@@ -25,14 +15,6 @@ class ModelSummarizer:
         self._model = model
 
     async def __call__(self, messages: list[BaseMessage]) -> str:
-        text = ""
-        # Tagged so the summary's tokens never appear in the turn's message stream. Closing the
-        # stream early closes the request, and the provider stops writing the loop.
-        stream = self._model.astream(messages, config={"tags": [TAG_NOSTREAM]})
-        async with aclosing(cast(AsyncGenerator[BaseMessageChunk, None], stream)) as chunks:
-            async for chunk in chunks:
-                text += chunk.text
-                if "\n" in chunk.text and (start := loop_start(text)) is not None:
-                    log.info("the summary began repeating itself after %d characters: cut there", start)
-                    return text[:start].strip()
-        return text.strip()
+        # Tagged so the summary's tokens never appear in the turn's message stream.
+        reply = await self._model.ainvoke(messages, config={"tags": [TAG_NOSTREAM]})
+        return reply.text.strip()
